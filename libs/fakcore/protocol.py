@@ -1,0 +1,338 @@
+"""The whole bus protocol: every message fak processes exchange, and every subject they use.
+
+Messages are msgspec Structs encoded as msgpack. Each is tagged with its class name (field `t`) and carries
+the schema version (field `v`), so one decoder per subject reads any message of its union and a reader can
+tell an old peer from a new one. Evolution rules (msgspec's): new fields only at the end and always with a
+default; never re-purpose a field; unknown fields are ignored by older readers.
+
+Subjects are versioned (`fak.v1.…`) and built only by the functions of `subjects` below.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+
+class Message(msgspec.Struct, tag_field="t", tag=True, kw_only=True):
+    v: int = SCHEMA_VERSION
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Conversation content, as the engine sees it (the gateway translates every wire into this)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    id: str
+    name: str
+    arguments: str = "{}"  # JSON text, exactly as the model produced it
+
+
+class ChatMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    role: str  # system | user | assistant | tool
+    content: str = ""
+    tool_calls: list[ToolCall] = []
+    tool_call_id: str = ""  # role == tool: which call this answers
+    name: str = ""  # role == tool: the tool's name
+    block: str = ""  # content hash naming this block on the bus (kv spans, quarantine verdicts)
+
+
+class ToolSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}  # JSON Schema of the arguments
+
+
+class Sampling(msgspec.Struct, kw_only=True, omit_defaults=True):
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list[str] = []
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens served from a reused KV prefix
+
+
+class Receipt(msgspec.Struct, kw_only=True):
+    """Names exactly what produced an answer."""
+
+    engine: str  # engine kind: "fak-cpu", "fak-cuda"
+    worker: str
+    backend: str  # numeric path: "reference", "numba", "cuda"
+    device: str
+    model: str
+    weights_digest: str  # sha256 over the loaded tensors' bytes
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Engine: generation and token counting
+# ---------------------------------------------------------------------------------------------------------
+
+
+class GenerateRequest(Message, kw_only=True):
+    request_id: str
+    model: str
+    messages: list[ChatMessage] = []
+    prompt: str | None = None  # raw prompt (/v1/completions): no chat template
+    tools: list[ToolSpec] = []
+    tool_choice: str = "auto"  # auto | none | required | function  (then tool_choice_name)
+    tool_choice_name: str = ""
+    response_schema: dict[str, Any] | None = None  # JSON Schema the output must match
+    sampling: Sampling = Sampling()
+    session: str = ""  # optional session pinning (x-fak-session)
+    deadline_ms: int = 0  # absolute unix time in ms after which the worker may drop the request
+
+
+class TokenChunk(Message, kw_only=True):
+    request_id: str
+    seq: int  # 0, 1, 2 … : order check for the consumer
+    text: str  # decoded text delta (may be empty while a UTF-8 sequence is incomplete)
+    token_ids: list[int] = []
+
+
+class GenerateDone(Message, kw_only=True):
+    request_id: str
+    seq: int
+    finish_reason: str  # stop | length | tool_calls
+    usage: Usage
+    receipt: Receipt
+    tool_calls: list[ToolCall] = []
+
+
+class GenerateError(Message, kw_only=True):
+    request_id: str
+    code: str  # see ErrorCode
+    message: str
+
+
+class ErrorCode:
+    OVERLOADED = "overloaded"  # worker queue full: retry later (HTTP 503 / Anthropic 529)
+    INVALID = "invalid_request"  # the request cannot be served as asked (HTTP 400)
+    CONTEXT_LENGTH = "context_length_exceeded"  # prompt + max_tokens beyond the model's window (HTTP 400)
+    UNSUPPORTED = "unsupported"  # a feature this model/engine does not have (HTTP 400)
+    NO_WORKER = "no_worker"  # nobody serves the model (HTTP 503)
+    TIMEOUT = "timeout"  # the engine went silent (HTTP 504)
+    INTERNAL = "internal"  # a bug (HTTP 500)
+
+
+class CountTokensRequest(Message, kw_only=True):
+    model: str
+    messages: list[ChatMessage] = []
+    tools: list[ToolSpec] = []
+    prompt: str | None = None
+
+
+class CountTokensReply(Message, kw_only=True):
+    input_tokens: int
+
+
+EngineReply = TokenChunk | GenerateDone | GenerateError
+CountReply = CountTokensReply | GenerateError
+
+
+class Announce(Message, kw_only=True):
+    """Engine worker heartbeat: what it serves and how busy it is."""
+
+    worker: str
+    model: str
+    engine: str  # "fak-cpu" | "fak-cuda"
+    backend: str
+    device: str
+    weights_digest: str
+    context_length: int
+    capacity: int  # sequences decoded together
+    active: int  # sequences being decoded now
+    queued: int  # requests waiting for a slot
+    metrics_url: str = ""
+    ts: float = 0.0
+
+
+class Heartbeat(Message, kw_only=True):
+    """Liveness of a non-engine service (gateway, adjudicator, kvmmu)."""
+
+    service: str
+    instance: str
+    ok: bool = True
+    detail: str = ""
+    metrics_url: str = ""
+    ts: float = 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Adjudication
+# ---------------------------------------------------------------------------------------------------------
+
+
+class AdjudicateCall(Message, kw_only=True):
+    request_id: str
+    tool: str
+    arguments: str  # JSON text
+    session: str = ""
+    key_id: str = ""  # which API key's policy applies
+    tainted: bool = False  # untrusted content (a tool result) is already in the session
+
+
+class CallVerdict(Message, kw_only=True):
+    allow: bool
+    rule: str  # id of the rule that decided ("default" when none matched)
+    reason: str = ""
+
+
+class AdjudicateResult(Message, kw_only=True):
+    request_id: str
+    tool: str
+    content: str
+    block: str  # content hash of the tool result
+    session: str = ""
+    key_id: str = ""
+
+
+class ResultVerdict(Message, kw_only=True):
+    block: str
+    verdict: str  # clean | quarantine
+    detector: str = ""
+    score: float = 0.0
+    reason: str = ""
+
+
+AdjudicatorReply = CallVerdict | ResultVerdict | GenerateError
+
+
+class QuarantineVerdict(Message, kw_only=True):
+    """Published once to JetStream; every gateway's context filter and the kvmmu consume it."""
+
+    block: str
+    detector: str
+    score: float
+    reason: str = ""
+    session: str = ""
+    request_id: str = ""
+    ts: float = 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# KV memory management
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Span(msgspec.Struct, kw_only=True):
+    block: str  # content hash of the message / tool result occupying the range
+    start: int  # first token position
+    end: int  # one past the last token position
+
+
+class KvSpans(Message, kw_only=True):
+    """Engine -> kvmmu: the span map of one cached sequence on one worker."""
+
+    worker: str
+    sequence: str  # the worker's id for the cached sequence
+    session: str = ""
+    length: int = 0
+    spans: list[Span] = []
+    dropped: bool = False  # the sequence left the cache (LRU, finished session)
+
+
+class KvStatsRequest(Message, kw_only=True):
+    worker: str = ""  # empty: every worker the kvmmu knows
+
+
+class KvWorkerStats(msgspec.Struct, kw_only=True):
+    worker: str
+    sequences: int
+    tokens: int
+    spans: int
+
+
+class KvStats(Message, kw_only=True):
+    workers: list[KvWorkerStats] = []
+    blocks: int = 0  # distinct content blocks mapped
+    evictions: int = 0
+
+
+KvmmuRequest = KvStatsRequest
+KvmmuReply = KvStats | GenerateError
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Subjects: built only here
+# ---------------------------------------------------------------------------------------------------------
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def subject_token(name: str) -> str:
+    """A model or worker name as one NATS subject token (no '.', '*', '>' or spaces)."""
+    return _UNSAFE.sub(lambda m: "~%02x" % ord(m.group()) if ord(m.group()) < 256 else "~~", name) or "_"
+
+
+class subjects:
+    PREFIX = "fak.v1"
+    ANNOUNCE = "fak.v1.engine.announce"
+    HEALTH = "fak.v1.health.>"
+    ADJUDICATE_CALL = "fak.v1.adjudicate.call"
+    ADJUDICATE_RESULT = "fak.v1.adjudicate.result"
+    QUARANTINE = "fak.v1.verdict.quarantine"
+    KV_SPANS = "fak.v1.kv.spans"
+    KV_EVICTED = "fak.v1.kv.evicted"
+    KV_STATS = "fak.v1.kv.stats"
+    VERDICT_STREAM = "FAK_VERDICTS"  # JetStream stream holding fak.v1.verdict.>
+
+    @staticmethod
+    def generate(model: str) -> str:
+        return f"fak.v1.engine.generate.{subject_token(model)}"
+
+    @staticmethod
+    def count_tokens(model: str) -> str:
+        return f"fak.v1.engine.count.{subject_token(model)}"
+
+    @staticmethod
+    def engine_queue(model: str) -> str:
+        return f"engine.{subject_token(model)}"
+
+    @staticmethod
+    def worker(worker: str, verb: str) -> str:
+        """Session-affine and control subjects of one worker: generate, kv.evict, kv.stats."""
+        return f"fak.v1.engine.{subject_token(worker)}.{verb}"
+
+    @staticmethod
+    def health(service: str) -> str:
+        return f"fak.v1.health.{subject_token(service)}"
+
+
+ADJUDICATOR_QUEUE = "adjudicator"
+KVMMU_QUEUE = "kvmmu"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Codec: one encoder, one decoder per union, built once
+# ---------------------------------------------------------------------------------------------------------
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode(msg: msgspec.Struct) -> bytes:
+    return _encoder.encode(msg)
+
+
+class Decoders:
+    engine_request = msgspec.msgpack.Decoder(GenerateRequest | CountTokensRequest)
+    engine_reply = msgspec.msgpack.Decoder(EngineReply)
+    count_reply = msgspec.msgpack.Decoder(CountReply)
+    announce = msgspec.msgpack.Decoder(Announce)
+    heartbeat = msgspec.msgpack.Decoder(Heartbeat)
+    adjudicate = msgspec.msgpack.Decoder(AdjudicateCall | AdjudicateResult)
+    adjudicator_reply = msgspec.msgpack.Decoder(AdjudicatorReply)
+    quarantine = msgspec.msgpack.Decoder(QuarantineVerdict)
+    kv_spans = msgspec.msgpack.Decoder(KvSpans)
+    kvmmu_request = msgspec.msgpack.Decoder(KvmmuRequest)
+    kvmmu_reply = msgspec.msgpack.Decoder(KvmmuReply)

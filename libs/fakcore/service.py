@@ -1,0 +1,117 @@
+"""The shape every fak service shares: connect, wire handlers, heartbeat, wait for a signal, drain.
+
+A service is a `bootstrap(svc)` coroutine that subscribes its handlers and registers clean-up on
+`svc.stack`; `run_service` does everything around it. Shutdown order on SIGINT/SIGTERM: stop taking new
+work (the bootstrap's own clean-ups, LIFO), drain the NATS connection (in-flight messages are delivered),
+stop the /metrics server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.aio.client import Client as NATS
+
+from fakcore import bus
+from fakcore.metrics import Metrics, MetricsServer
+from fakcore.protocol import Heartbeat, encode, subjects
+from fakcore.settings import Settings
+
+log = logging.getLogger("fak.service")
+
+
+def setup_logging(level: str, name: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname)s {name}[%(process)d] %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def instance_name(service: str) -> str:
+    return f"{service}-{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class Service:
+    name: str
+    settings: Settings
+    nc: NATS
+    metrics: Metrics
+    stack: AsyncExitStack
+    stop: asyncio.Event
+    instance: str = ""
+    metrics_url: str = ""
+    started: float = field(default_factory=time.time)
+    # Extra fields for /healthz; a bootstrap may set `healthy` to a callable returning (ok, detail).
+    health_detail: dict[str, Any] = field(default_factory=dict)
+    healthy: Callable[[], tuple[bool, str]] = lambda: (True, "")
+    heartbeat: Callable[[], Any] | None = None  # a bootstrap may replace the heartbeat message
+
+    def health(self) -> dict[str, Any]:
+        ok, detail = self.healthy()
+        ok = ok and self.nc.is_connected
+        return {"ok": ok, "service": self.name, "instance": self.instance, "nats": self.nc.is_connected,
+                "uptime_s": round(time.time() - self.started, 1), "detail": detail, **self.health_detail}
+
+    def default_heartbeat(self) -> Heartbeat:
+        ok, detail = self.healthy()
+        return Heartbeat(service=self.name, instance=self.instance, ok=ok, detail=detail,
+                         metrics_url=self.metrics_url, ts=time.time())
+
+
+async def run_service(name: str, settings: Settings, bootstrap: Callable[[Service], Awaitable[None]],
+                      *, metrics_server: bool = True) -> None:
+    """Run one service until SIGINT/SIGTERM. `bootstrap` subscribes handlers and registers clean-ups."""
+    setup_logging(settings.log_level, name)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    async with AsyncExitStack() as stack:
+        nc = await bus.connect(settings, name)
+        stack.push_async_callback(_drain, nc)
+        svc = Service(name=name, settings=settings, nc=nc, metrics=Metrics(name), stack=stack, stop=stop,
+                      instance=instance_name(name))
+        if metrics_server:
+            server = MetricsServer(svc.metrics, svc.health)
+            svc.metrics_url = await server.start(settings.metrics_host, settings.metrics_port)
+            stack.push_async_callback(server.stop)
+            log.info("%s: metrics and health on %s", name, svc.metrics_url)
+        await bootstrap(svc)
+        beat = asyncio.create_task(_heartbeat(svc))
+        stack.callback(beat.cancel)
+        log.info("%s: ready (%s)", name, svc.instance)
+        await stop.wait()
+        log.info("%s: stopping", name)
+    log.info("%s: stopped", name)
+
+
+async def _drain(nc: NATS) -> None:
+    try:
+        await asyncio.wait_for(nc.drain(), timeout=10)
+    except Exception as exc:  # already closed, or the server is gone: nothing more to deliver
+        log.debug("drain: %s", exc)
+
+
+async def _heartbeat(svc: Service) -> None:
+    while True:
+        try:
+            msg = svc.heartbeat() if svc.heartbeat else svc.default_heartbeat()
+            subject = subjects.ANNOUNCE if msg.__class__.__name__ == "Announce" else subjects.health(svc.name)
+            await svc.nc.publish(subject, encode(msg))
+        except Exception as exc:  # disconnected: the next beat will try again
+            log.debug("heartbeat: %s", exc)
+        await asyncio.sleep(svc.settings.announce_interval_s)
