@@ -28,7 +28,11 @@ class NoResponders(Exception):
 
 
 class BusTimeout(Exception):
-    """A reply did not come within its timeout."""
+    """A reply did not come within its timeout; `first` tells whether it was the first reply."""
+
+    def __init__(self, message: str, first: bool = True):
+        super().__init__(message)
+        self.first = first
 
 
 async def connect(settings: Settings, name: str, *, connect_timeout: float = 5.0) -> NATS:
@@ -95,19 +99,19 @@ async def stream_request(
     try:
         await nc.publish(subject, payload, reply=inbox)
         await nc.flush()
-        timeout = first_timeout
+        timeout, first = first_timeout, True
         while True:
             try:
                 msg = await asyncio.wait_for(queue.get(), timeout=timeout)
             except TimeoutError:
-                raise BusTimeout(f"no reply on {subject} within {timeout:.1f}s") from None
+                raise BusTimeout(f"no reply on {subject} within {timeout:.1f}s", first=first) from None
             if _is_no_responders(msg):
                 raise NoResponders(subject)
             reply = decoder.decode(msg.data)
             yield reply
             if is_last(reply):
                 return
-            timeout = idle_timeout
+            timeout, first = idle_timeout, False
     finally:
         try:
             await sub.unsubscribe()

@@ -10,6 +10,7 @@ Subjects are versioned (`fak.v1.…`) and built only by the functions of `subjec
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -40,6 +41,14 @@ class ChatMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     tool_call_id: str = ""  # role == tool: which call this answers
     name: str = ""  # role == tool: the tool's name
     block: str = ""  # content hash naming this block on the bus (kv spans, quarantine verdicts)
+
+
+def block_id(content: str) -> str:
+    """The content hash naming a block (a tool result, a message) everywhere on the bus.
+
+    Equal content, equal id: a quarantined tool result is recognised when it comes back in a later request,
+    whatever the session, without screening it again."""
+    return "b" + hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 class ToolSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -88,9 +97,18 @@ class GenerateRequest(Message, kw_only=True):
     tool_choice: str = "auto"  # auto | none | required | function  (then tool_choice_name)
     tool_choice_name: str = ""
     response_schema: dict[str, Any] | None = None  # JSON Schema the output must match
-    sampling: Sampling = Sampling()
+    sampling: Sampling = msgspec.field(default_factory=Sampling)
     session: str = ""  # optional session pinning (x-fak-session)
     deadline_ms: int = 0  # absolute unix time in ms after which the worker may drop the request
+
+
+class Accepted(Message, kw_only=True):
+    """First reply of a worker that took a generate request: who has it, and what it will run on."""
+
+    request_id: str
+    receipt: Receipt
+    queued: int = 0  # requests ahead of this one
+    prompt_tokens: int = 0
 
 
 class TokenChunk(Message, kw_only=True):
@@ -107,6 +125,7 @@ class GenerateDone(Message, kw_only=True):
     usage: Usage
     receipt: Receipt
     tool_calls: list[ToolCall] = []
+    stop_sequence: str = ""  # the stop string that ended generation, if one did
 
 
 class GenerateError(Message, kw_only=True):
@@ -125,6 +144,12 @@ class ErrorCode:
     INTERNAL = "internal"  # a bug (HTTP 500)
 
 
+class CancelRequest(Message, kw_only=True):
+    """Broadcast: the client went away; whichever worker holds the request drops it."""
+
+    request_id: str
+
+
 class CountTokensRequest(Message, kw_only=True):
     model: str
     messages: list[ChatMessage] = []
@@ -136,7 +161,7 @@ class CountTokensReply(Message, kw_only=True):
     input_tokens: int
 
 
-EngineReply = TokenChunk | GenerateDone | GenerateError
+EngineReply = Accepted | TokenChunk | GenerateDone | GenerateError
 CountReply = CountTokensReply | GenerateError
 
 
@@ -267,12 +292,12 @@ KvmmuReply = KvStats | GenerateError
 # Subjects: built only here
 # ---------------------------------------------------------------------------------------------------------
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")  # "~" is the escape, so it is escaped too
 
 
 def subject_token(name: str) -> str:
     """A model or worker name as one NATS subject token (no '.', '*', '>' or spaces)."""
-    return _UNSAFE.sub(lambda m: "~%02x" % ord(m.group()) if ord(m.group()) < 256 else "~~", name) or "_"
+    return _UNSAFE.sub(lambda m: "".join(f"~{b:02x}" for b in m.group().encode()), name) or "_"
 
 
 class subjects:
@@ -285,6 +310,7 @@ class subjects:
     KV_SPANS = "fak.v1.kv.spans"
     KV_EVICTED = "fak.v1.kv.evicted"
     KV_STATS = "fak.v1.kv.stats"
+    CANCEL = "fak.v1.engine.cancel"
     VERDICT_STREAM = "FAK_VERDICTS"  # JetStream stream holding fak.v1.verdict.>
 
     @staticmethod
@@ -328,6 +354,7 @@ class Decoders:
     engine_request = msgspec.msgpack.Decoder(GenerateRequest | CountTokensRequest)
     engine_reply = msgspec.msgpack.Decoder(EngineReply)
     count_reply = msgspec.msgpack.Decoder(CountReply)
+    cancel = msgspec.msgpack.Decoder(CancelRequest)
     announce = msgspec.msgpack.Decoder(Announce)
     heartbeat = msgspec.msgpack.Decoder(Heartbeat)
     adjudicate = msgspec.msgpack.Decoder(AdjudicateCall | AdjudicateResult)

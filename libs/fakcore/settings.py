@@ -36,18 +36,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     models: Annotated[tuple[str, ...], _doc("Models the gateway routes (comma separated). Default: the served `model`.")] = ()
     api_keys: Annotated[tuple[str, ...], _doc("Gateway API keys (comma separated). Empty: no key is required.")] = ()
     max_body_bytes: Annotated[int, _doc("Largest request body the gateway accepts, in bytes (413 above it).")] = 4 * 1024 * 1024
-    first_reply_timeout_s: Annotated[float, _doc("How long the gateway waits for an engine's first reply before 503/504.")] = 30.0
+    ack_timeout_s: Annotated[float, _doc("How long the gateway waits for an engine worker to accept a request before failing it (503).")] = 5.0
     idle_timeout_s: Annotated[float, _doc("Longest silence between two streamed engine messages before the request fails (504).")] = 120.0
     worker_stale_s: Annotated[float, _doc("A worker not heard from for this long is treated as gone.")] = 10.0
 
     # -- the engine ------------------------------------------------------------------------------------
     model: Annotated[str, _doc("Model an engine worker serves: `synthetic`, `smollm2-135m`, a .gguf path, a safetensors dir, or hf://org/repo.")] = "synthetic"
     backend: Annotated[str, _doc("Engine numeric path: `reference` (numpy f32) or `numba` (fast CPU).")] = "reference"
-    threads: Annotated[int, _doc("Engine compute threads (0: all cores).")] = 0
     worker_id: Annotated[str, _doc("Engine worker name on the bus (default: host-pid).")] = ""
     max_sessions: Annotated[int, _doc("Sequences an engine worker decodes together (continuous batching width).")] = 16
     max_queue: Annotated[int, _doc("Requests an engine worker queues beyond `max_sessions` before refusing (overloaded).")] = 64
-    kv_budget: Annotated[str, _doc("KV-cache memory budget per worker, e.g. `512MiB` (0: unlimited).")] = "1GiB"
     announce_interval_s: Annotated[float, _doc("Seconds between worker/service heartbeats on the bus.")] = 1.0
     cache_dir: Annotated[str, _doc("Model cache directory (default: ~/.cache/fak).")] = ""
 
@@ -67,10 +65,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def nats_servers(self) -> list[str]:
         return [u.strip() for u in self.nats_url.split(",") if u.strip()]
-
-    @property
-    def kv_budget_bytes(self) -> int:
-        return parse_bytes(self.kv_budget)
 
     def replace(self, **changes: Any) -> Settings:
         return msgspec.structs.replace(self, **changes)

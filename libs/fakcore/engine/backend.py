@@ -1,0 +1,92 @@
+"""The backend interface: the few operations a transformer forward pass needs, device-neutral.
+
+Model families are written once against this (see engine/transformer.py); the reference backend
+(numpy f32, engine/reference.py), the fast CPU backend (numba, services/engine-cpu) and the CUDA backend
+(numba-cuda, services/engine-cuda) implement it. Activations are backend arrays (`Act`) that the family code
+never touches directly except through these methods, `reshape`, and row indexing.
+
+Determinism contract: every per-token result (a row of `linear`, a token's attention output) must not depend
+on how many other tokens are in the call. Exact KV eviction (DESIGN §3) relies on it; backends that cannot
+promise it say so with `batch_invariant = False`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from fakcore.models.config import ModelConfig, RopeScaling
+
+if TYPE_CHECKING:
+    from fakcore.formats.tensor import Tensor
+
+Act = Any  # a backend's activation array: (rows, features) or (rows, heads, head_dim)
+Weight = Any  # a backend's resident weight
+
+
+class BackendError(Exception):
+    """A backend cannot run what it was asked to (unsupported quant type, device missing…)."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The rows of a forward batch that belong to one sequence.
+
+    Rows `rows.start … rows.stop-1` of the batch are that sequence's tokens at positions
+    `cache.length … cache.length + n - 1`; their keys/values are appended to `cache`.
+    """
+
+    cache: Any  # the sequence's KVCache
+    rows: slice
+
+
+class Backend(Protocol):
+    name: str  # "reference" | "numba" | "cuda"
+    device: str  # "cpu" | "cuda:0" …
+    batch_invariant: bool
+
+    # -- weights ---------------------------------------------------------------------------------------
+    def matrix(self, t: Tensor) -> Weight: ...  # a (out, in) projection, kept in its resident form
+    def vector(self, t: Tensor, offset: float = 0.0) -> Weight: ...  # norm gains (+offset), biases
+    def embedding(self, t: Tensor) -> Weight: ...  # (vocab, dim) lookup table
+
+    # -- ops -------------------------------------------------------------------------------------------
+    def embed(self, table: Weight, ids: np.ndarray, scale: float) -> Act: ...  # (T, dim)
+    def linear(self, x: Act, w: Weight, bias: Weight | None = None) -> Act: ...  # (T, in) -> (T, out)
+    def rmsnorm(self, x: Act, w: Weight, eps: float) -> Act: ...  # over the last axis
+    def rope(self, x: Act, positions: np.ndarray, table: Any) -> Act: ...  # (T, heads, head_dim)
+    def rope_table(self, head_dim: int, theta: float, scaling: RopeScaling) -> Any: ...
+    def attention(self, q: Act, k_pre: Act, k: Act, v: Act, segments: list[Segment], layer: int,
+                  window: int, scale: float, softcap: float) -> Act: ...  # appends to caches, (T, H, D) out
+    def gated(self, gate: Act, up: Act, act: str) -> Act: ...  # act(gate) * up
+    def add(self, x: Act, y: Act) -> Act: ...
+    def softcap(self, x: Act, cap: float) -> Act: ...
+    def take_rows(self, x: Act, rows: np.ndarray) -> Act: ...
+    def to_host(self, x: Act) -> np.ndarray: ...
+
+    # -- caches ----------------------------------------------------------------------------------------
+    def new_cache(self, config: ModelConfig) -> Any: ...
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> np.ndarray:
+    """Inverse frequencies (head_dim/2,) in float32, computed as HuggingFace does (incl. Llama-3 scaling)."""
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv = (np.float32(1.0) / np.power(np.float32(theta), exponent)).astype(np.float32)
+    if scaling.kind == "linear":
+        inv = (inv / np.float32(scaling.factor)).astype(np.float32)
+    elif scaling.kind == "llama3":
+        # transformers' _compute_llama3_parameters: long wavelengths slowed by `factor`, short ones kept,
+        # a smooth blend between the two cut-offs.
+        low_wavelen = scaling.original_context / scaling.low_freq_factor
+        high_wavelen = scaling.original_context / scaling.high_freq_factor
+        wavelen = 2 * np.pi / inv
+        scaled = np.where(wavelen > low_wavelen, inv / scaling.factor, inv)
+        smooth = (scaling.original_context / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+        smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        inv = np.where(medium, smoothed, scaled).astype(np.float32)
+    elif scaling.kind != "none":
+        raise BackendError(f"unsupported RoPE scaling {scaling.kind!r}")
+    return inv

@@ -1,0 +1,97 @@
+"""Loading a model reference into a runnable bundle: transformer + tokenizer + chat template + digest.
+
+`load_model("synthetic" | "smollm2-135m" | path | "hf://org/repo", backend)` resolves the reference
+(models/sources.py), reads the file (formats/), derives the config with the family named by the file's
+architecture string (models/<arch>.py), checks every tensor, and places the weights on the backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from fakcore.engine.backend import Backend, BackendError
+from fakcore.engine.transformer import Transformer, load_weights
+from fakcore.formats.tensor import Tensor
+from fakcore.models.config import ModelConfig
+from fakcore.text.chat import ChatTemplate
+from fakcore.text.tokenizer import ByteTokenizer, Tokenizer
+
+
+@dataclass
+class LoadedModel:
+    name: str  # the reference it was loaded by ("synthetic", "smollm2-135m", a path…)
+    config: ModelConfig
+    transformer: Transformer
+    tokenizer: Tokenizer
+    template: ChatTemplate | None  # None: raw prompts only
+    weights_digest: str  # sha256 over every tensor's name, type, shape and bytes
+    source: str
+
+    @property
+    def backend(self) -> Backend:
+        return self.transformer.be
+
+
+def digest_tensors(tensors: dict[str, Tensor]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(f"{name}|{t.qtype}|{tuple(t.shape)}|".encode())
+        h.update(memoryview(t.raw))
+    return h.hexdigest()
+
+
+def make_backend(name: str, **options: Any) -> Backend:
+    """The backend named by FAK_BACKEND. An unknown or unavailable one is an explicit error."""
+    if name == "reference":
+        from fakcore.engine.reference import ReferenceBackend
+
+        return ReferenceBackend()
+    if name == "numba":
+        try:
+            from fak_engine_cpu.backend import NumbaBackend
+        except ImportError as exc:
+            raise BackendError(f"backend 'numba' is not available: {exc}") from exc
+        return NumbaBackend(**options)
+    if name == "cuda":
+        try:
+            from fak_engine_cuda.backend import CudaBackend
+        except ImportError as exc:
+            raise BackendError(f"backend 'cuda' is not available: {exc}") from exc
+        return CudaBackend()
+    raise BackendError(f"unknown backend {name!r}: expected reference, numba or cuda")
+
+
+def load_model(ref: str, backend: Backend, cache_dir: str = "") -> LoadedModel:
+    if ref == "synthetic":
+        return _load_synthetic(backend)
+    from fakcore.models.sources import resolve
+
+    path = resolve(ref, cache_dir)
+    from fakcore.models.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(path)
+    weights = load_weights(ckpt.config, ckpt.tensors, backend, ckpt.source)
+    return LoadedModel(name=ref, config=ckpt.config, transformer=Transformer(ckpt.config, weights, backend),
+                       tokenizer=ckpt.tokenizer, template=ckpt.template, weights_digest=digest_tensors(ckpt.tensors),
+                       source=ckpt.source)
+
+
+def _load_synthetic(backend: Backend) -> LoadedModel:
+    from fakcore.models import synthetic
+
+    cfg = synthetic.CONFIG
+    tensors = synthetic.tensors(cfg)
+    tok = ByteTokenizer(list(synthetic.SPECIALS), bos="<|bos|>", eos=("<|eos|>", "<|im_end|>"))
+    template = ChatTemplate(synthetic.CHAT_TEMPLATE, bos_token="<|bos|>", eos_token="<|eos|>", name="synthetic")
+    weights = load_weights(cfg, tensors, backend, "synthetic")
+    return LoadedModel(name="synthetic", config=cfg, transformer=Transformer(cfg, weights, backend), tokenizer=tok,
+                       template=template, weights_digest=digest_tensors(tensors), source="synthetic")
+
+
+def describe(model: LoadedModel) -> dict[str, Any]:
+    c = model.config
+    return {"model": model.name, "arch": c.arch, "layers": c.n_layers, "dim": c.dim, "vocab": c.vocab_size,
+            "context_length": c.context_length, "backend": model.backend.name, "digest": model.weights_digest[:16]}

@@ -1,0 +1,123 @@
+"""The reference backend: numpy, float32, weights dequantized once, the oracle's twin.
+
+It exists to be obviously right, not fast: every op is the textbook formula in the order HuggingFace's
+eager implementation uses. The fast backends are tested against it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fakcore.engine.backend import Segment, rope_inv_freq
+from fakcore.engine.kvcache import KVCache
+from fakcore.models.config import ModelConfig, RopeScaling
+
+
+class RopeTable:
+    """cos/sin for positions 0…n-1 of one (head_dim, theta, scaling), grown on demand."""
+
+    def __init__(self, head_dim: int, theta: float, scaling: RopeScaling):
+        self.inv_freq = rope_inv_freq(head_dim, theta, scaling)  # (D/2,) f32
+        self.cos = np.zeros((0, head_dim), np.float32)
+        self.sin = np.zeros((0, head_dim), np.float32)
+
+    def upto(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if n > len(self.cos):
+            n = max(n, 2 * len(self.cos), 256)
+            freqs = np.outer(np.arange(n, dtype=np.float32), self.inv_freq).astype(np.float32)  # (n, D/2)
+            emb = np.concatenate([freqs, freqs], axis=-1)
+            self.cos, self.sin = np.cos(emb), np.sin(emb)
+        return self.cos, self.sin
+
+
+class ReferenceBackend:
+    name = "reference"
+    device = "cpu"
+    batch_invariant = False  # BLAS picks different kernels for different batch shapes
+
+    # -- weights ---------------------------------------------------------------------------------------
+    def matrix(self, t) -> np.ndarray:
+        w = t.dequantize()
+        return np.ascontiguousarray(w.reshape(t.shape[0], -1), dtype=np.float32)
+
+    def vector(self, t, offset: float = 0.0) -> np.ndarray:
+        return (t.dequantize().reshape(-1) + np.float32(offset)).astype(np.float32)
+
+    def embedding(self, t) -> np.ndarray:
+        return self.matrix(t)
+
+    # -- ops -------------------------------------------------------------------------------------------
+    def embed(self, table: np.ndarray, ids: np.ndarray, scale: float) -> np.ndarray:
+        x = table[ids]
+        return x * np.float32(scale) if scale != 1.0 else x.copy()
+
+    def linear(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        y = x @ w.T
+        return y + bias if bias is not None else y
+
+    def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+        var = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
+        return (x / np.sqrt(var + np.float32(eps))) * w
+
+    def rope_table(self, head_dim: int, theta: float, scaling: RopeScaling) -> RopeTable:
+        return RopeTable(head_dim, theta, scaling)
+
+    def rope(self, x: np.ndarray, positions: np.ndarray, table: RopeTable) -> np.ndarray:
+        cos, sin = table.upto(int(positions.max()) + 1)
+        c, s = cos[positions][:, None, :], sin[positions][:, None, :]  # (T, 1, D)
+        half = x.shape[-1] // 2
+        rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)  # rotate_half
+        return x * c + rotated * s
+
+    def attention(self, q, k_pre, k, v, segments: list[Segment], layer: int, window: int, scale: float,
+                  softcap: float) -> np.ndarray:
+        out = np.empty_like(q)  # (T, H, D)
+        for seg in segments:
+            cache: KVCache = seg.cache
+            start = cache.length
+            n = seg.rows.stop - seg.rows.start
+            cache.write(layer, start, k_pre[seg.rows], k[seg.rows], v[seg.rows])
+            keys = cache.k[layer, :, : start + n]  # (Hkv, S, D)
+            vals = cache.v[layer, :, : start + n]
+            qs = q[seg.rows]  # (n, H, D)
+            n_kv = keys.shape[0]
+            group = qs.shape[1] // n_kv
+            qg = qs.reshape(n, n_kv, group, -1).transpose(1, 2, 0, 3)  # (Hkv, G, n, D)
+            scores = (qg @ keys[:, None].transpose(0, 1, 3, 2)) * np.float32(scale)  # (Hkv, G, n, S)
+            if softcap:
+                scores = np.tanh(scores / np.float32(softcap)) * np.float32(softcap)
+            qpos = np.arange(start, start + n)[:, None]
+            kpos = np.arange(start + n)[None, :]
+            visible = kpos <= qpos
+            if window:
+                visible &= (qpos - kpos) < window
+            scores = np.where(visible, scores, np.float32(-np.inf))
+            scores = scores - scores.max(axis=-1, keepdims=True)
+            probs = np.exp(scores)
+            probs /= probs.sum(axis=-1, keepdims=True)
+            o = probs @ vals[:, None]  # (Hkv, G, n, D)
+            out[seg.rows] = o.transpose(2, 0, 1, 3).reshape(n, -1, qs.shape[-1])
+        return out
+
+    def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
+        if act == "silu":
+            a = gate / (np.float32(1.0) + np.exp(-gate))
+        else:  # gelu_tanh
+            a = np.float32(0.5) * gate * (np.float32(1.0) + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (gate + np.float32(0.044715) * gate**3)))
+        return a * up
+
+    def add(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return x + y
+
+    def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
+        return np.tanh(x / np.float32(cap)) * np.float32(cap)
+
+    def take_rows(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return x[rows]
+
+    def to_host(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=np.float32)
+
+    # -- caches ----------------------------------------------------------------------------------------
+    def new_cache(self, config: ModelConfig) -> KVCache:
+        return KVCache(config.n_layers, config.n_kv_heads, config.head_dim)

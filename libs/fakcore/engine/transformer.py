@@ -1,0 +1,189 @@
+"""The decoder-only transformer, written once for every family against the backend interface.
+
+Weights use llama.cpp's GGUF tensor names as the canonical names (`blk.3.attn_q.weight`); each family file
+translates its checkpoint's names into these and says which optional parts it has (biases, qk-norm,
+sandwich norms). Everything a family varies is a field of ModelConfig, so the block below reads like the
+papers: x = x + attn(norm(x)); x = x + mlp(norm(x)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fakcore.engine.backend import Backend, Segment
+from fakcore.formats.tensor import FormatError, Tensor
+from fakcore.models.config import ModelConfig, RopeScaling
+
+
+class WeightError(FormatError):
+    """A checkpoint's tensors do not match its architecture (missing, extra, or wrong shape)."""
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: Any  # (dim,)
+    wq: Any  # (n_heads*head_dim, dim)
+    wk: Any  # (n_kv_heads*head_dim, dim)
+    wv: Any  # (n_kv_heads*head_dim, dim)
+    wo: Any  # (dim, n_heads*head_dim)
+    ffn_norm: Any  # (dim,)
+    w_gate: Any  # (ffn_dim, dim)
+    w_up: Any  # (ffn_dim, dim)
+    w_down: Any  # (dim, ffn_dim)
+    bq: Any = None  # (n_heads*head_dim,)      qkv_bias
+    bk: Any = None  # (n_kv_heads*head_dim,)   qkv_bias
+    bv: Any = None  # (n_kv_heads*head_dim,)   qkv_bias
+    q_norm: Any = None  # (head_dim,)           qk_norm
+    k_norm: Any = None  # (head_dim,)           qk_norm
+    post_attn_norm: Any = None  # (dim,)        sandwich_norm
+    post_ffn_norm: Any = None  # (dim,)         sandwich_norm
+
+
+@dataclass
+class Weights:
+    tok_embd: Any  # (vocab, dim)
+    output_norm: Any  # (dim,)
+    output: Any  # (vocab, dim); the embedding table itself when tied
+    layers: list[LayerWeights]
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every canonical tensor the config implies, with its row-major shape."""
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab_size, cfg.dim), "output_norm.weight": (cfg.dim,)}
+    if not cfg.tie_embeddings:
+        shapes["output.weight"] = (cfg.vocab_size, cfg.dim)
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        shapes |= {p + "attn_norm.weight": (cfg.dim,), p + "attn_q.weight": (q, cfg.dim), p + "attn_k.weight": (kv, cfg.dim),
+                   p + "attn_v.weight": (kv, cfg.dim), p + "attn_output.weight": (cfg.dim, q), p + "ffn_norm.weight": (cfg.dim,),
+                   p + "ffn_gate.weight": (cfg.ffn_dim, cfg.dim), p + "ffn_up.weight": (cfg.ffn_dim, cfg.dim),
+                   p + "ffn_down.weight": (cfg.dim, cfg.ffn_dim)}
+        if cfg.qkv_bias:
+            shapes |= {p + "attn_q.bias": (q,), p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
+        if cfg.qk_norm:
+            shapes |= {p + "attn_q_norm.weight": (cfg.head_dim,), p + "attn_k_norm.weight": (cfg.head_dim,)}
+        if cfg.sandwich_norm:
+            shapes |= {p + "post_attention_norm.weight": (cfg.dim,), p + "post_ffw_norm.weight": (cfg.dim,)}
+    return shapes
+
+
+def check_tensors(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> None:
+    """Fail loudly, naming the file and the tensor, on a missing, extra or wrongly shaped tensor."""
+    shapes = expected_shapes(cfg)
+    missing = sorted(set(shapes) - set(tensors))
+    if missing:
+        raise WeightError(f"{source}: missing tensor {missing[0]!r}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    extra = sorted(set(tensors) - set(shapes))
+    if extra:
+        raise WeightError(f"{source}: unexpected tensor {extra[0]!r} for {cfg.arch}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    for name, shape in shapes.items():
+        got = tuple(tensors[name].shape)
+        if got != shape and not (len(shape) == 1 and int(np.prod(got)) == shape[0]):
+            raise WeightError(f"{source}: tensor {name!r} has shape {got}, expected {shape}")
+
+
+def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backend, source: str) -> Weights:
+    check_tensors(cfg, tensors, source)
+    off = cfg.norm_offset
+
+    def opt(name: str, kind: str) -> Any:
+        if name not in tensors:
+            return None
+        return backend.matrix(tensors[name]) if kind == "m" else backend.vector(tensors[name], off if kind == "n" else 0.0)
+
+    layers = []
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        layers.append(LayerWeights(
+            attn_norm=backend.vector(tensors[p + "attn_norm.weight"], off),
+            wq=backend.matrix(tensors[p + "attn_q.weight"]),
+            wk=backend.matrix(tensors[p + "attn_k.weight"]),
+            wv=backend.matrix(tensors[p + "attn_v.weight"]),
+            wo=backend.matrix(tensors[p + "attn_output.weight"]),
+            ffn_norm=backend.vector(tensors[p + "ffn_norm.weight"], off),
+            w_gate=backend.matrix(tensors[p + "ffn_gate.weight"]),
+            w_up=backend.matrix(tensors[p + "ffn_up.weight"]),
+            w_down=backend.matrix(tensors[p + "ffn_down.weight"]),
+            bq=opt(p + "attn_q.bias", "b"), bk=opt(p + "attn_k.bias", "b"), bv=opt(p + "attn_v.bias", "b"),
+            q_norm=opt(p + "attn_q_norm.weight", "n"), k_norm=opt(p + "attn_k_norm.weight", "n"),
+            post_attn_norm=opt(p + "post_attention_norm.weight", "n"), post_ffn_norm=opt(p + "post_ffw_norm.weight", "n"),
+        ))
+    tok_embd = backend.embedding(tensors["token_embd.weight"])
+    output = backend.matrix(tensors["token_embd.weight"] if cfg.tie_embeddings else tensors["output.weight"])
+    return Weights(tok_embd=tok_embd, output_norm=backend.vector(tensors["output_norm.weight"], off), output=output, layers=layers)
+
+
+class Transformer:
+    """A config, its weights resident on a backend, and the forward pass."""
+
+    def __init__(self, cfg: ModelConfig, weights: Weights, backend: Backend):
+        self.cfg, self.w, self.be = cfg, weights, backend
+        tables: dict[tuple[float, bool], Any] = {}
+        self.rope = []
+        for i in range(cfg.n_layers):
+            theta = cfg.layer_rope_theta[i]
+            # Gemma3 scales RoPE only on its global layers; local layers keep the plain base.
+            scaled = not (cfg.layer_window[i] and cfg.rope_local_theta)
+            key = (theta, scaled)
+            if key not in tables:
+                tables[key] = backend.rope_table(cfg.head_dim, theta, cfg.rope_scaling if scaled else RopeScaling("none"))
+            self.rope.append(tables[key])
+
+    def new_cache(self) -> Any:
+        return self.be.new_cache(self.cfg)
+
+    def forward(self, tokens: np.ndarray, segments: list[Segment], logit_rows: np.ndarray | None = None,
+                capture: list | None = None) -> np.ndarray:
+        """Run `tokens` (T,) through every layer, appending to each segment's cache.
+
+        Returns host logits (len(logit_rows), vocab) for the requested rows (default: every row). Caches are
+        committed here. `capture`, if a list, receives the hidden state after the embedding and each layer.
+        """
+        cfg, be, w = self.cfg, self.be, self.w
+        T = len(tokens)
+        positions = np.empty(T, np.int64)
+        for seg in segments:
+            positions[seg.rows] = np.arange(seg.cache.length, seg.cache.length + seg.rows.stop - seg.rows.start)
+
+        x = be.embed(w.tok_embd, tokens, cfg.embed_scale)  # (T, dim)
+        if capture is not None:
+            capture.append(be.to_host(x))
+        for i, L in enumerate(w.layers):
+            # -- attention: x = x + attn(norm(x))
+            h = be.rmsnorm(x, L.attn_norm, cfg.norm_eps)
+            q = be.linear(h, L.wq, L.bq).reshape(T, cfg.n_heads, cfg.head_dim)  # (T, H, D)
+            k = be.linear(h, L.wk, L.bk).reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
+            v = be.linear(h, L.wv, L.bv).reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
+            if cfg.qk_norm:
+                q = be.rmsnorm(q, L.q_norm, cfg.norm_eps)
+                k = be.rmsnorm(k, L.k_norm, cfg.norm_eps)
+            k_pre = k
+            q = be.rope(q, positions, self.rope[i])
+            k = be.rope(k, positions, self.rope[i])
+            a = be.attention(q, k_pre, k, v, segments, i, cfg.layer_window[i], cfg.scale, cfg.attn_softcap)  # (T, H, D)
+            o = be.linear(a.reshape(T, cfg.n_heads * cfg.head_dim), L.wo)  # (T, dim)
+            if cfg.sandwich_norm:
+                o = be.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
+            x = be.add(x, o)
+            # -- MLP: x = x + down(act(gate(norm(x))) * up(norm(x)))
+            h = be.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
+            m = be.linear(be.gated(be.linear(h, L.w_gate), be.linear(h, L.w_up), cfg.act), L.w_down)
+            if cfg.sandwich_norm:
+                m = be.rmsnorm(m, L.post_ffn_norm, cfg.norm_eps)
+            x = be.add(x, m)
+            if capture is not None:
+                capture.append(be.to_host(x))
+
+        for seg in segments:
+            seg.cache.commit(tokens[seg.rows].tolist())
+        if logit_rows is not None:
+            x = be.take_rows(x, logit_rows)
+        logits = be.linear(be.rmsnorm(x, w.output_norm, cfg.norm_eps), w.output)  # (R, vocab)
+        if cfg.final_softcap:
+            logits = be.softcap(logits, cfg.final_softcap)
+        return be.to_host(logits)

@@ -1,0 +1,210 @@
+"""The engine worker on the bus: the thin translator between NATS and the scheduler.
+
+Subjects (protocol.subjects): generate requests arrive on the model's queue group (any worker of the model)
+and on this worker's own subject (session-affine); token counting on the model's count queue group;
+cancellations are broadcast. Replies stream to the request's reply inbox: TokenChunk…, then GenerateDone
+or GenerateError. The same worker serves engine-cpu and engine-cuda; only the backend differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+import msgspec
+
+from fakcore.engine.loader import LoadedModel
+from fakcore.engine.scheduler import Overloaded, Scheduler
+from fakcore.engine.sequence import RequestError, Sequence, prompt_ids
+from fakcore.protocol import (
+    Accepted,
+    Announce,
+    CountTokensReply,
+    CountTokensRequest,
+    Decoders,
+    ErrorCode,
+    GenerateDone,
+    GenerateError,
+    GenerateRequest,
+    Receipt,
+    TokenChunk,
+    Usage,
+    encode,
+    subjects,
+)
+from fakcore.service import Service
+
+log = logging.getLogger("fak.engine")
+
+
+class EngineMetrics:
+    def __init__(self, svc: Service, model: str):
+        m = svc.metrics
+        self.model = model
+        self.requests = m.counter("engine_requests_total", "Generate requests by outcome", ("model", "outcome"))
+        self.tokens = m.counter("engine_tokens_total", "Tokens processed", ("model", "kind"))
+        self.latency = m.histogram("engine_request_seconds", "Request time from arrival to done", ("model",))
+        self.ttft = m.histogram("engine_time_to_first_token_seconds", "Arrival to first sampled token", ("model",))
+        self.step_seconds = m.histogram("engine_step_seconds", "One batched forward pass", ("model",))
+        self.batch_rows = m.histogram("engine_batch_tokens", "Tokens per forward pass", ("model",),
+                                      buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+        self.active = m.gauge("engine_active_sequences", "Sequences being decoded", ("model",))
+        self.queued = m.gauge("engine_queued_requests", "Requests waiting for a slot", ("model",))
+        self.tps = m.gauge("engine_tokens_per_second", "Tokens per second of the last forward pass", ("model",))
+
+    def step(self, n_tokens: int, n_logits: int, seconds: float) -> None:
+        self.step_seconds.labels(self.model).observe(seconds)
+        self.batch_rows.labels(self.model).observe(n_tokens)
+        if seconds > 0:
+            self.tps.labels(self.model).set(n_tokens / seconds)
+
+
+class EngineWorker:
+    def __init__(self, svc: Service, model: LoadedModel, engine_kind: str):
+        self.svc, self.model, self.engine_kind = svc, model, engine_kind
+        s = svc.settings
+        self.worker_id = s.worker_id or f"{engine_kind}-{socket.gethostname()}-{os.getpid()}"
+        self.metrics = EngineMetrics(svc, model.name)
+        self.scheduler = Scheduler(model, self._on_event, max_sessions=s.max_sessions, max_queue=s.max_queue,
+                                   metrics=self.metrics)
+        self.receipt = Receipt(engine=engine_kind, worker=self.worker_id, backend=model.backend.name,
+                               device=model.backend.device, model=model.name, weights_digest=model.weights_digest)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._outbox: asyncio.Queue = asyncio.Queue()
+        self._inflight: dict[str, tuple[str, float]] = {}  # request id -> (reply subject, arrival time)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        nc, name = self.svc.nc, self.model.name
+        queue = subjects.engine_queue(name)
+        await nc.subscribe(subjects.generate(name), queue=queue, cb=self._on_generate)
+        await nc.subscribe(subjects.worker(self.worker_id, "generate"), cb=self._on_generate)
+        await nc.subscribe(subjects.count_tokens(name), queue=queue, cb=self._on_count)
+        await nc.subscribe(subjects.CANCEL, cb=self._on_cancel)
+        self.scheduler.start()
+        publisher = asyncio.create_task(self._publish_loop())
+        self.svc.stack.callback(publisher.cancel)
+        self.svc.stack.callback(self.scheduler.stop)
+        self.svc.heartbeat = self.announce
+        self.svc.health_detail.update(model=name, worker=self.worker_id, engine=self.engine_kind,
+                                      backend=self.model.backend.name)
+        log.info("worker %s serving %s on %s/%s", self.worker_id, name, self.model.backend.name, self.model.backend.device)
+
+    def announce(self) -> Announce:
+        active, queued = self.scheduler.load
+        self.metrics.active.labels(self.model.name).set(active)
+        self.metrics.queued.labels(self.model.name).set(queued)
+        return Announce(worker=self.worker_id, model=self.model.name, engine=self.engine_kind,
+                        backend=self.model.backend.name, device=self.model.backend.device,
+                        weights_digest=self.model.weights_digest, context_length=self.model.config.context_length,
+                        capacity=self.scheduler.max_sessions, active=active, queued=queued,
+                        metrics_url=self.svc.metrics_url, ts=time.time())
+
+    # -- handlers (event loop) -----------------------------------------------------------------------
+    async def _on_generate(self, msg: Any) -> None:
+        if not msg.reply:
+            return
+        try:
+            req = Decoders.engine_request.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            await self._reply(msg.reply, GenerateError(request_id="", code=ErrorCode.INVALID, message=f"undecodable request: {exc}"))
+            return
+        if not isinstance(req, GenerateRequest):
+            return
+        try:
+            seq = self._admit(req)
+            self._inflight[req.request_id] = (msg.reply, time.monotonic())
+            self.scheduler.submit(seq)
+            await self._reply(msg.reply, Accepted(request_id=req.request_id, receipt=self.receipt,
+                                                  queued=self.scheduler.load[1], prompt_tokens=len(seq.prompt)))
+        except RequestError as exc:
+            self.metrics.requests.labels(self.model.name, exc.code).inc()
+            await self._reply(msg.reply, GenerateError(request_id=req.request_id, code=exc.code, message=str(exc)))
+        except Overloaded as exc:
+            self._inflight.pop(req.request_id, None)
+            self.metrics.requests.labels(self.model.name, "overloaded").inc()
+            await self._reply(msg.reply, GenerateError(request_id=req.request_id, code=ErrorCode.OVERLOADED, message=str(exc)))
+
+    def _admit(self, req: GenerateRequest) -> Sequence:
+        ctx = self.model.config.context_length
+        try:
+            ids = prompt_ids(self.model, req)
+        except RequestError:
+            raise
+        except Exception as exc:  # a template that raises on these messages (e.g. roles out of order)
+            raise RequestError(ErrorCode.INVALID, f"cannot render the prompt: {exc}") from exc
+        if not ids:
+            raise RequestError(ErrorCode.INVALID, "the prompt is empty")
+        if req.sampling.max_tokens < 1:
+            raise RequestError(ErrorCode.INVALID, "max_tokens must be at least 1")
+        if len(ids) >= ctx:
+            raise RequestError(ErrorCode.CONTEXT_LENGTH, f"prompt is {len(ids)} tokens; {self.model.name} holds {ctx}")
+        return Sequence(request=req, prompt=ids, cache=self.model.transformer.new_cache(), model=self.model)
+
+    async def _on_count(self, msg: Any) -> None:
+        try:
+            req = Decoders.engine_request.decode(msg.data)
+            if not isinstance(req, CountTokensRequest):
+                raise RequestError(ErrorCode.INVALID, "expected CountTokensRequest")
+            n = len(prompt_ids(self.model, req))
+            await msg.respond(encode(CountTokensReply(input_tokens=n)))
+        except RequestError as exc:
+            await msg.respond(encode(GenerateError(request_id="", code=exc.code, message=str(exc))))
+        except Exception as exc:
+            await msg.respond(encode(GenerateError(request_id="", code=ErrorCode.INVALID, message=f"cannot count tokens: {exc}")))
+
+    async def _on_cancel(self, msg: Any) -> None:
+        try:
+            req = Decoders.cancel.decode(msg.data)
+        except msgspec.DecodeError:
+            return
+        if req.request_id in self._inflight:
+            self._inflight.pop(req.request_id, None)
+            self.scheduler.cancel(req.request_id)
+            self.metrics.requests.labels(self.model.name, "cancelled").inc()
+
+    # -- scheduler events (scheduler thread -> loop) -------------------------------------------------
+    def _on_event(self, seq: Sequence, kind: str, payload: Any) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._outbox.put_nowait, (seq, kind, payload))
+
+    async def _publish_loop(self) -> None:
+        while True:
+            seq, kind, payload = await self._outbox.get()
+            rid = seq.request.request_id
+            entry = self._inflight.get(rid)
+            if entry is None:
+                continue  # cancelled
+            reply, arrived = entry
+            name = self.model.name
+            if kind == "chunk":
+                text, token_ids = payload
+                if seq.emitted == 0 and seq.first_token_at:
+                    self.metrics.ttft.labels(name).observe(seq.first_token_at - seq.started)
+                msg: Any = TokenChunk(request_id=rid, seq=seq.emitted, text=text, token_ids=token_ids)
+            elif kind == "done":
+                self._inflight.pop(rid, None)
+                usage = Usage(prompt_tokens=len(seq.prompt), completion_tokens=len(seq.generated), cached_tokens=seq.cached_tokens)
+                self.metrics.tokens.labels(name, "prompt").inc(len(seq.prompt) - seq.cached_tokens)
+                self.metrics.tokens.labels(name, "completion").inc(len(seq.generated))
+                self.metrics.requests.labels(name, "ok").inc()
+                self.metrics.latency.labels(name).observe(time.monotonic() - arrived)
+                msg = GenerateDone(request_id=rid, seq=seq.emitted, finish_reason=seq.finish_reason or "stop", usage=usage,
+                                   receipt=self.receipt, stop_sequence=seq.stops.matched)
+            else:
+                self._inflight.pop(rid, None)
+                code, message = payload
+                self.metrics.requests.labels(name, code).inc()
+                msg = GenerateError(request_id=rid, code=code, message=message)
+            seq.emitted += 1
+            await self._reply(reply, msg)
+
+    async def _reply(self, subject: str, msg: Any) -> None:
+        try:
+            await self.svc.nc.publish(subject, encode(msg))
+        except Exception as exc:  # the bus is going away; the gateway will time out and report it
+            log.warning("cannot publish reply: %s", exc)

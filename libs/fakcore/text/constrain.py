@@ -1,0 +1,188 @@
+"""Constrained decoding with llguidance: per step, the mask of tokens that keep the output valid.
+
+A `Constraint` is built once per request from a JSON Schema or from the request's tools, then driven
+by the sampler:
+
+    c = Constraint.json_schema(tokenizer, schema)
+    while not c.is_done():
+        logits[~c.allowed()] = -inf          # allowed() covers tokenizer.vocab_size ids
+        c.advance(sample(logits))
+
+JSON is generated with `", "` and `": "` separators and no other whitespace: the form `json.dumps` and
+chat templates write, and no room for a weak model to wander into endless whitespace.
+
+The bridge to llguidance: a `tokenizers`-backed `Tokenizer` hands llguidance its tokenizer.json;
+`ByteTokenizer` hands it a token table (raw bytes, specials marked with llguidance's 0xFF prefix).
+Building the llguidance tokenizer costs ~0.2 s on a 49k vocabulary, so it is cached per tokenizer.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import weakref
+
+import llguidance
+import numpy as np
+
+from .tokenizer import ByteTokenizer, Tokenizer
+
+
+class ConstraintError(Exception):
+    """The grammar cannot be built, or a token outside the mask was advanced."""
+
+
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+_LL_TOKENIZERS: weakref.WeakKeyDictionary[Tokenizer, llguidance.LLTokenizer] = weakref.WeakKeyDictionary()
+
+
+class _ByteTable:
+    """What llguidance's TokenizerWrapper needs from a ByteTokenizer."""
+
+    def __init__(self, tok: ByteTokenizer):
+        self.eos_token_id = tok.eos_ids[0] if tok.eos_ids else None
+        self.bos_token_id = tok.bos_id
+        # Specials get llguidance's 0xFF prefix, so grammar literals never match them as text.
+        self.tokens = [tok.token_bytes(i) if i < 256 else b"\xff" + tok.token_bytes(i) for i in range(tok.vocab_size)]
+        self.special_token_ids = sorted(i for i in range(256, tok.vocab_size))
+
+    def __call__(self, text: bytes | str) -> list[int]:
+        # llguidance tokenizes grammar text literally (never into specials): bytes are ids.
+        return list(text if isinstance(text, bytes) else text.encode("utf-8"))
+
+
+def ll_tokenizer(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
+    """llguidance's view of a fak tokenizer (cached)."""
+    cached = _LL_TOKENIZERS.get(tokenizer)
+    if cached is not None:
+        return cached
+    eos = list(tokenizer.eos_ids) or None
+    if isinstance(tokenizer, ByteTokenizer):
+        wrapper = llguidance.TokenizerWrapper(_ByteTable(tokenizer))
+        ll = llguidance.LLTokenizer(wrapper, n_vocab=tokenizer.vocab_size, eos_token=eos)
+    else:
+        ll = llguidance.LLTokenizer(tokenizer.to_json(), n_vocab=tokenizer.vocab_size, eos_token=eos)
+    _LL_TOKENIZERS[tokenizer] = ll
+    return ll
+
+
+def _with_json_options(schema: dict) -> dict:
+    out = copy.deepcopy(schema)
+    out["x-guidance"] = {**JSON_OPTIONS, **out.get("x-guidance", {})}
+    return out
+
+
+def _function(tool: dict) -> dict:
+    fn = tool.get("function", tool)
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise ConstraintError(f"tool {tool!r} has no function name")
+    return fn
+
+
+def _call_schema(fn: dict, args_key: str) -> dict:
+    params = fn.get("parameters") or {"type": "object"}
+    return {
+        "type": "object",
+        "properties": {"name": {"const": fn["name"]}, args_key: params},
+        "required": ["name", args_key],
+        "additionalProperties": False,
+    }
+
+
+def _marker(tokenizer: Tokenizer, text: str) -> str:
+    """A Lark terminal for `text`: the special token when the vocabulary has it as one, else the literal."""
+    i = tokenizer.token_to_id(text)
+    if i is not None and tokenizer.is_special(i):
+        return f"<[{i}]>"
+    return json.dumps(text)
+
+
+class Constraint:
+    """One request's grammar state over one tokenizer's vocabulary."""
+
+    def __init__(self, tokenizer: Tokenizer, grammar: str, *, what: str = "grammar"):
+        """`grammar` is an llguidance grammar (from `LLMatcher.grammar_from_*`)."""
+        self.tokenizer = tokenizer
+        self.vocab_size = tokenizer.vocab_size
+        try:
+            self._matcher = llguidance.LLMatcher(ll_tokenizer(tokenizer), grammar, log_level=0)
+        except ValueError as e:
+            raise ConstraintError(f"{what}: {e}") from e
+        if self._matcher.is_error():
+            raise ConstraintError(f"{what}: {self._matcher.get_error()}")
+        self._bits = np.zeros(((self.vocab_size + 31) // 32,), dtype=np.int32)
+
+    @classmethod
+    def json_schema(cls, tokenizer: Tokenizer, schema: dict) -> Constraint:
+        """Output is one JSON value valid under `schema`."""
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(_with_json_options(schema))
+        except ValueError as e:
+            raise ConstraintError(f"JSON schema: {e}") from e
+        return cls(tokenizer, grammar, what="JSON schema")
+
+    @classmethod
+    def lark(cls, tokenizer: Tokenizer, lark: str) -> Constraint:
+        """Output matches a Lark grammar (llguidance's dialect: `%json {...}`, `<[id]>` special tokens).
+
+        Write special tokens as `<[id]>`: a string literal spelled like a special token (`"<|im_end|>"`)
+        cannot be produced with a `tokenizers`-backed vocabulary (llguidance tokenizes the literal into
+        the special id, then refuses that id as text)."""
+        return cls(tokenizer, llguidance.LLMatcher.grammar_from_lark(lark), what="Lark grammar")
+
+    @classmethod
+    def tool_call(cls, tokenizer: Tokenizer, tools: list[dict], *, name: str | None, style: str) -> Constraint:
+        """Output is exactly one call, of tool `name` (or of any one of `tools`), in the style's syntax,
+        with arguments valid under that tool's parameters schema."""
+        fns = [_function(t) for t in tools]
+        if name is not None:
+            fns = [f for f in fns if f["name"] == name]
+            if not fns:
+                raise ConstraintError(f"tool {name!r} is not among the request's tools")
+        if not fns:
+            raise ConstraintError("a tool call was requested but there are no tools")
+        args_key = "parameters" if style == "llama3" else "arguments"
+        alternatives = [_call_schema(f, args_key) for f in fns]
+        call = _with_json_options(alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives})
+        body = "%json " + json.dumps(call, ensure_ascii=False)
+        open_tag, close_tag = _marker(tokenizer, "<tool_call>"), _marker(tokenizer, "</tool_call>")
+        if style == "hermes":
+            lark = f'start: {open_tag} "\\n" {body} "\\n" {close_tag}'
+        elif style == "fak":
+            lark = f"start: {open_tag} {body} {close_tag}"
+        elif style == "llama3":
+            lark = f"start: {body}"
+        elif style == "mistral":
+            lark = f'start: {_marker(tokenizer, "[TOOL_CALLS]")} " [" {body} "]"'
+        else:
+            raise ConstraintError(f"unknown tool-call style {style!r}")
+        return cls(tokenizer, llguidance.LLMatcher.grammar_from_lark(lark), what=f"{style} tool call")
+
+    def allowed_bits(self) -> np.ndarray:
+        """The mask packed 32 tokens per int32 (bit i%32 of word i//32), llguidance's native form.
+        The array is reused by the next call."""
+        self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        return self._bits
+
+    def allowed(self) -> np.ndarray:
+        """Boolean mask over the vocabulary for the next token."""
+        bits = self.allowed_bits()
+        return np.unpackbits(bits.view(np.uint8), bitorder="little", count=self.vocab_size).astype(bool)
+
+    def advance(self, token_id: int) -> None:
+        if not self._matcher.consume_token(int(token_id)):
+            raise ConstraintError(f"token {token_id} is not allowed here: {self._matcher.get_error()}")
+
+    def is_done(self) -> bool:
+        """The output is complete (the grammar admits nothing more) or the matcher stopped."""
+        return self._matcher.is_stopped()
+
+    def is_accepting(self) -> bool:
+        """The output so far is a complete match (ending here, e.g. with EOS, is valid)."""
+        return self._matcher.is_accepting()
+
+    def forced_tokens(self) -> list[int]:
+        """Tokens the grammar forces next (may be empty); the caller can append them without sampling."""
+        return list(self._matcher.compute_ff_tokens())
+

@@ -1,0 +1,314 @@
+"""The gateway's HTTP app (litestar): small typed handlers over shared state on `app.state`.
+
+    GET  /healthz                      ok, model, engine, live workers and services
+    GET  /metrics                      Prometheus
+    GET  /v1/models                    OpenAI or Anthropic list shape (by the anthropic-version header)
+    POST /v1/chat/completions          OpenAI chat (+SSE)
+    POST /v1/completions               OpenAI raw-prompt completions (+SSE)
+    POST /v1/messages                  Anthropic messages (+SSE)
+    POST /v1/messages/count_tokens     Anthropic token counting
+
+Every error leaves in the shape of the wire it came in on (errors.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fak_gateway import anthropic_wire, openai_wire
+from fak_gateway.engines import Engines
+from fak_gateway.errors import WireError, wire_of
+from fakcore import bus
+from fakcore.metrics import Metrics
+from fakcore.protocol import Accepted, GenerateRequest, Heartbeat, encode, subjects
+from fakcore.service import instance_name
+from fakcore.settings import Settings
+from litestar import Litestar, Request, Response, get, post
+from litestar.exceptions import HTTPException
+from litestar.middleware import ASGIMiddleware
+from litestar.response import Stream
+
+log = logging.getLogger("fak.gateway")
+
+
+class GatewayMetrics:
+    def __init__(self, metrics: Metrics):
+        self.requests = metrics.counter("gateway_requests_total", "HTTP requests by route and status", ("route", "status"))
+        self.latency = metrics.histogram("gateway_request_seconds", "Time to the full response (streams: to the last byte)", ("route",))
+        self.ttfb = metrics.histogram("gateway_time_to_first_token_seconds", "Request arrival to the first streamed token", ("route",))
+        self.tokens = metrics.counter("gateway_tokens_total", "Tokens through the gateway", ("model", "kind"))
+
+    def count_tokens(self, model: str, done: Any) -> None:
+        u = done.usage
+        self.tokens.labels(model, "prompt").inc(u.prompt_tokens)
+        self.tokens.labels(model, "cached").inc(u.cached_tokens)
+        self.tokens.labels(model, "completion").inc(u.completion_tokens)
+
+
+class State:
+    """What the handlers share; built by the lifespan."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, engines: Engines | None = None):
+        self.settings = settings
+        self.metrics = metrics
+        self.m = GatewayMetrics(metrics)
+        self.engines = engines
+        self.started = time.time()
+
+
+def _state(request: Request) -> State:
+    return request.app.state.fak
+
+
+def _check_key(request: Request, settings: Settings) -> None:
+    if not settings.api_keys:
+        return
+    auth = request.headers.get("authorization", "")
+    key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+    if key not in settings.api_keys:
+        raise WireError("authentication", "invalid or missing API key")
+
+
+async def _body(request: Request) -> bytes:
+    _check_key(request, _state(request).settings)
+    return await request.body()
+
+
+def _session(request: Request) -> str:
+    return request.headers.get("x-fak-session", "")
+
+
+async def _start(state: State, req: GenerateRequest) -> tuple[Accepted, AsyncIterator[Any]]:
+    """Send to the engines and wait for a worker's acceptance, so that 'no worker' is an HTTP status."""
+    assert state.engines is not None
+    replies = state.engines.generate(req)
+    first = await replies.__anext__()
+    if not isinstance(first, Accepted):
+        raise WireError("internal", f"engine answered {type(first).__name__} before accepting")
+    return first, replies
+
+
+def _receipt_headers(first: Accepted) -> dict[str, str]:
+    r = first.receipt
+    return {"x-fak-engine": r.engine, "x-fak-worker": r.worker, "x-fak-backend": r.backend,
+            "x-fak-weights-digest": r.weights_digest}
+
+
+def _stream(state: State, route: str, wire: str, body: AsyncIterator[bytes], headers: dict[str, str]) -> Stream:
+    t0 = time.monotonic()
+
+    async def guarded() -> AsyncIterator[bytes]:
+        first = True
+        try:
+            async for chunk in body:
+                if first:
+                    state.m.ttfb.labels(route).observe(time.monotonic() - t0)
+                    first = False
+                yield chunk
+        except WireError as err:  # headers are gone: the error travels as a stream event
+            yield anthropic_wire.stream_error(err) if wire == "anthropic" else openai_wire.stream_error(err)
+
+    return Stream(guarded(), media_type="text/event-stream",
+                  headers={"cache-control": "no-cache", "x-accel-buffering": "no", **headers})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Handlers
+# ---------------------------------------------------------------------------------------------------------
+
+
+@get("/healthz", sync_to_thread=False)
+def healthz(request: Request) -> Response:
+    state = _state(request)
+    s = state.settings
+    engines = state.engines
+    workers = engines.live_workers() if engines else []
+    services = engines.live_services() if engines else []
+    nats_ok = bool(engines and engines.nc.is_connected)
+    served = {w.model for w in workers}
+    # ok: the gateway can serve its primary model; other routed models without a worker are listed.
+    ok = nats_ok and s.routed_models[0] in served
+    body = {
+        "ok": ok,
+        "model": s.routed_models[0],
+        "models": list(engines.known_models()) if engines else list(s.routed_models),
+        "engine": "inkernel",
+        "nats": nats_ok,
+        "uptime_s": round(time.time() - state.started, 1),
+        "unserved": [m for m in s.routed_models if m not in served],
+        "workers": [{"worker": w.worker, "model": w.model, "engine": w.engine, "backend": w.backend, "device": w.device,
+                     "active": w.active, "queued": w.queued, "capacity": w.capacity} for w in workers],
+        "services": sorted({h.service for h in services} | ({"engine"} if workers else set())),
+    }
+    return Response(body, status_code=200 if ok else 503)
+
+
+@get("/metrics", sync_to_thread=False)
+def metrics_endpoint(request: Request) -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    return Response(_state(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@get("/v1/models", sync_to_thread=False)
+def list_models(request: Request) -> Response:
+    state = _state(request)
+    _check_key(request, state.settings)
+    names = state.engines.known_models() if state.engines else list(state.settings.routed_models)
+    created = int(state.started)
+    if request.headers.get("anthropic-version"):
+        data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
+        return Response({"data": data, "has_more": False, "first_id": names[0] if names else None,
+                         "last_id": names[-1] if names else None})
+    return Response({"object": "list", "data": [{"id": n, "object": "model", "created": created, "owned_by": "fak"} for n in names]})
+
+
+@post("/v1/chat/completions", status_code=200)
+async def chat_completions(request: Request) -> Response | Stream:
+    state = _state(request)
+    r = openai_wire.decode(await _body(request), openai_wire.ChatRequest)
+    req = openai_wire.chat_to_bus(r, _session(request))
+    first, replies = await _start(state, req)
+    if r.stream:
+        include_usage = bool((r.stream_options or {}).get("include_usage"))
+        return _stream(state, "chat", "openai", openai_wire.chat_stream(req, first, replies, include_usage), _receipt_headers(first))
+    return Response(await openai_wire.chat_response(req, replies), headers=_receipt_headers(first))
+
+
+@post("/v1/completions", status_code=200)
+async def completions(request: Request) -> Response | Stream:
+    state = _state(request)
+    r = openai_wire.decode(await _body(request), openai_wire.CompletionRequest)
+    req = openai_wire.completion_to_bus(r, _session(request))
+    first, replies = await _start(state, req)
+    if r.stream:
+        include_usage = bool((r.stream_options or {}).get("include_usage"))
+        return _stream(state, "completions", "openai", openai_wire.completion_stream(req, first, replies, include_usage),
+                       _receipt_headers(first))
+    return Response(await openai_wire.completion_response(req, replies), headers=_receipt_headers(first))
+
+
+@post("/v1/messages", status_code=200)
+async def messages(request: Request) -> Response | Stream:
+    state = _state(request)
+    r = anthropic_wire.decode_messages(await _body(request))
+    req = anthropic_wire.messages_to_bus(r, _session(request))
+    first, replies = await _start(state, req)
+    if r.stream:
+        return _stream(state, "messages", "anthropic", anthropic_wire.message_stream(req, first, replies, first.prompt_tokens),
+                       _receipt_headers(first))
+    return Response(await anthropic_wire.message_response(req, replies), headers=_receipt_headers(first))
+
+
+@post("/v1/messages/count_tokens", status_code=200)
+async def count_tokens(request: Request) -> Response:
+    state = _state(request)
+    r = anthropic_wire.decode_count(await _body(request))
+    assert state.engines is not None
+    n = await state.engines.count_tokens(anthropic_wire.count_to_bus(r))
+    return Response({"input_tokens": n})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Errors, metrics, the app
+# ---------------------------------------------------------------------------------------------------------
+
+ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/messages": "messages",
+          "/v1/messages/count_tokens": "count_tokens", "/v1/models": "models", "/healthz": "healthz", "/metrics": "metrics"}
+
+
+def _error_response(request: Request, err: WireError) -> Response:
+    status, body = err.render(wire_of(request.url.path))
+    return Response(body, status_code=status)
+
+
+def on_wire_error(request: Request, exc: WireError) -> Response:
+    return _error_response(request, exc)
+
+
+def on_http_error(request: Request, exc: HTTPException) -> Response:
+    kinds = {400: "invalid_request", 401: "authentication", 403: "permission", 404: "not_found", 405: "invalid_request",
+             413: "too_large", 429: "rate_limit"}
+    kind = kinds.get(exc.status_code, "internal")
+    message = exc.detail if exc.status_code != 413 else f"request body exceeds the limit of {_state(request).settings.max_body_bytes} bytes"
+    if exc.status_code == 404:
+        message = f"no route {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    status, body = WireError(kind, str(message)).render(wire_of(request.url.path))
+    return Response(body, status_code=exc.status_code if exc.status_code in kinds else status)
+
+
+def on_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s", request.url.path)
+    return _error_response(request, WireError("internal", f"internal error: {type(exc).__name__}"))
+
+
+async def _heartbeat(nc: Any, settings: Settings) -> None:
+    instance = instance_name("gateway")
+    url = f"http://{settings.host}:{settings.port}"
+    while True:
+        try:
+            await nc.publish(subjects.health("gateway"), encode(Heartbeat(service="gateway", instance=instance,
+                                                                           metrics_url=url + "/metrics", ts=time.time())))
+        except Exception:  # reconnecting: the next beat tries again
+            pass
+        await asyncio.sleep(settings.announce_interval_s)
+
+
+class CountRequests(ASGIMiddleware):
+    """fak_gateway_requests_total{route,status} for every response, errors included."""
+
+    async def handle(self, scope: Any, receive: Any, send: Any, next_app: Any) -> None:
+        route = ROUTES.get(scope.get("path", ""), "other")
+
+        m = scope["app"].state.fak.m
+        t0 = time.monotonic()
+
+        async def send_counted(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                m.requests.labels(route, str(message["status"])).inc()
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                m.latency.labels(route).observe(time.monotonic() - t0)
+            await send(message)
+
+        await next_app(scope, receive, send_counted)
+
+
+def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool = True) -> Litestar:
+    """The gateway app. `connect=False` builds it without the bus (unit tests of the wires)."""
+    metrics = metrics or Metrics("gateway")
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        state = State(settings, metrics)
+        app.state.fak = state
+        if not connect:
+            yield
+            return
+        nc = await bus.connect(settings, "gateway")
+        state.engines = Engines(nc, settings, on_done=state.m.count_tokens)
+        await state.engines.start()
+        beat = asyncio.create_task(_heartbeat(nc, settings))
+        try:
+            yield
+        finally:
+            beat.cancel()
+            try:
+                await nc.drain()
+            except Exception:  # the server is gone: nothing left to deliver
+                pass
+
+    return Litestar(
+        route_handlers=[healthz, metrics_endpoint, list_models, chat_completions, completions, messages, count_tokens],
+        lifespan=[lifespan],
+        exception_handlers={WireError: on_wire_error, HTTPException: on_http_error, Exception: on_unexpected},
+        request_max_body_size=settings.max_body_bytes,
+        middleware=[CountRequests()],
+        debug=False,
+    )

@@ -1,0 +1,69 @@
+"""Errors in each wire's own shape.
+
+A handler raises `WireError(kind, message)`; the app renders it for the wire the request came in on:
+OpenAI `{"error": {"message", "type", "param", "code"}}`, Anthropic `{"type": "error", "error": {"type",
+"message"}}`, with the status that wire uses for that kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fakcore.protocol import ErrorCode
+
+# kind -> (HTTP status, OpenAI error type, Anthropic error type, Anthropic status)
+KINDS = {
+    "invalid_request": (400, "invalid_request_error", "invalid_request_error", 400),
+    "authentication": (401, "authentication_error", "authentication_error", 401),
+    "permission": (403, "permission_error", "permission_error", 403),
+    "not_found": (404, "invalid_request_error", "not_found_error", 404),
+    "too_large": (413, "invalid_request_error", "request_too_large", 413),
+    "rate_limit": (429, "rate_limit_error", "rate_limit_error", 429),
+    "internal": (500, "server_error", "api_error", 500),
+    "unavailable": (503, "service_unavailable", "overloaded_error", 503),
+    "overloaded": (503, "server_error", "overloaded_error", 529),
+    "timeout": (504, "timeout", "api_error", 504),
+}
+
+# engine error codes -> kinds
+ENGINE_KINDS = {
+    ErrorCode.INVALID: "invalid_request",
+    ErrorCode.CONTEXT_LENGTH: "invalid_request",
+    ErrorCode.UNSUPPORTED: "invalid_request",
+    ErrorCode.OVERLOADED: "overloaded",
+    ErrorCode.NO_WORKER: "unavailable",
+    ErrorCode.TIMEOUT: "timeout",
+    ErrorCode.INTERNAL: "internal",
+}
+
+
+@dataclass
+class WireError(Exception):
+    kind: str
+    message: str
+    param: str | None = None
+    code: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    @classmethod
+    def from_engine(cls, code: str, message: str) -> WireError:
+        return cls(ENGINE_KINDS.get(code, "internal"), message, code=code)
+
+    def openai(self) -> tuple[int, dict]:
+        status, etype, _, _ = KINDS[self.kind]
+        code = self.code or ("model_not_found" if self.kind == "not_found" else None)
+        return status, {"error": {"message": self.message, "type": etype, "param": self.param, "code": code}}
+
+    def anthropic(self) -> tuple[int, dict]:
+        _, _, etype, status = KINDS[self.kind]
+        return status, {"type": "error", "error": {"type": etype, "message": self.message}}
+
+    def render(self, wire: str) -> tuple[int, dict]:
+        return self.anthropic() if wire == "anthropic" else self.openai()
+
+
+def wire_of(path: str) -> str:
+    """Which wire's error shape a path speaks."""
+    return "anthropic" if path.startswith("/v1/messages") else "openai"

@@ -1,0 +1,62 @@
+"""Shared fixtures: a real nats-server per test session, the fak topology as real processes, free ports.
+
+Every process a fixture starts is stopped in its finaliser, also when the test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakcore.launcher import Topology
+from fakcore.natsd import EmbeddedNats
+from fakcore.settings import Settings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
+    server = EmbeddedNats(data_dir=tmp_path_factory.mktemp("nats")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def base_settings(nats_url: str, **overrides: object) -> Settings:
+    """Settings for a test topology: isolated from the caller's FAK_* environment."""
+    return Settings.load(env={}, nats_url=nats_url, host="127.0.0.1", port=free_port(), announce_interval_s=0.2,
+                         worker_stale_s=3.0, **overrides)
+
+
+@pytest.fixture(scope="module")
+def topology(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+    """adjudicator, kvmmu, one engine-cpu worker (synthetic) and the gateway; 'ghost' is routed but unserved."""
+    settings = base_settings(nats_server.url, models=("synthetic", "ghost"))
+    topo = Topology(settings, log_dir=tmp_path_factory.mktemp("logs"))
+    try:
+        topo.start(timeout=90)
+    except BaseException:
+        _dump_logs(topo.log_dir)
+        raise
+    try:
+        yield topo
+    finally:
+        topo.stop()
+
+
+def _dump_logs(log_dir: Path | None) -> None:
+    if log_dir:
+        for f in sorted(log_dir.glob("*.log")):
+            print(f"==== {f.name}\n{f.read_text()[-4000:]}")

@@ -1,0 +1,114 @@
+"""Bad input and missing capacity: the right status, the wire's own error shape, bounded time."""
+
+from __future__ import annotations
+
+import time
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+
+@pytest.fixture(scope="module")
+def http(topology):
+    with httpx.Client(base_url=topology.gateway_url, timeout=30) as c:
+        yield c
+
+
+def test_anthropic_missing_max_tokens_is_400_invalid_request(topology):
+    client = anthropic.Anthropic(base_url=topology.gateway_url, api_key="x", max_retries=0)
+    # The SDK's typed method refuses to send without max_tokens; its raw post sends what a buggy client would.
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        client.post("/v1/messages", body={"model": "synthetic", "messages": [{"role": "user", "content": "hi"}]}, cast_to=object)
+    assert exc.value.status_code == 400
+    body = exc.value.body
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert "max_tokens" in body["error"]["message"]
+
+
+def test_malformed_json_openai_shape(http):
+    r = http.post("/v1/chat/completions", content=b'{"model": "synthetic", "messages": [', headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and "JSON" in err["message"]
+
+
+def test_malformed_json_anthropic_shape(http):
+    r = http.post("/v1/messages", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_wrong_field_type_names_the_field(http):
+    r = http.post("/v1/chat/completions", json={"model": "synthetic", "messages": [{"role": "user", "content": "x"}], "max_tokens": "ten"})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "max_tokens"
+
+
+def test_unknown_model_openai(topology):
+    client = openai.OpenAI(base_url=topology.gateway_url + "/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    assert exc.value.body["code"] == "model_not_found"
+
+
+def test_unknown_model_anthropic(topology):
+    client = anthropic.Anthropic(base_url=topology.gateway_url, api_key="x", max_retries=0)
+    with pytest.raises(anthropic.NotFoundError) as exc:
+        client.messages.create(model="no-such-model", max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+    assert exc.value.body["error"]["type"] == "not_found_error"
+
+
+def test_oversize_body_is_413_in_wire_shape(http, topology):
+    limit = topology.settings.max_body_bytes
+    big = {"model": "synthetic", "messages": [{"role": "user", "content": "x" * (limit + 10)}], "max_tokens": 1}
+    r = http.post("/v1/chat/completions", json=big)
+    assert r.status_code == 413
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    r = http.post("/v1/messages", json={**big, "max_tokens": 1})
+    assert r.status_code == 413
+    assert r.json()["error"]["type"] == "request_too_large"
+
+
+def test_no_worker_is_503_fast(topology):
+    client = openai.OpenAI(base_url=topology.gateway_url + "/v1", api_key="x", max_retries=0)
+    t0 = time.monotonic()
+    with pytest.raises(openai.InternalServerError) as exc:
+        client.chat.completions.create(model="ghost", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    assert exc.value.status_code == 503
+    assert "no engine worker" in exc.value.body["message"]
+    assert time.monotonic() - t0 < topology.settings.ack_timeout_s + 1
+
+
+def test_no_worker_stream_is_503_before_the_stream(topology):
+    client = anthropic.Anthropic(base_url=topology.gateway_url, api_key="x", max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as exc:
+        with client.messages.stream(model="ghost", max_tokens=4, messages=[{"role": "user", "content": "hi"}]) as s:
+            s.until_done()
+    assert exc.value.status_code == 503
+    assert exc.value.body["type"] == "error"
+
+
+def test_unsupported_feature_is_explicit(http):
+    r = http.post("/v1/chat/completions", json={"model": "synthetic", "messages": [{"role": "user", "content": "x"}], "n": 3})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+
+
+def test_healthz(http):
+    h = http.get("/healthz").json()
+    assert h["ok"] is True and h["model"] == "synthetic" and h["engine"] == "inkernel"
+    assert {"gateway", "adjudicator", "kvmmu", "engine"} <= set(h["services"])
+    assert h["workers"][0]["model"] == "synthetic"
+
+
+def test_metrics_exposed(http):
+    http.post("/v1/chat/completions", json={"model": "synthetic", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
+    text = http.get("/metrics").text
+    assert 'fak_gateway_requests_total{route="chat",status="200"}' in text
+    assert "fak_gateway_request_seconds_bucket" in text
+
+
+def test_unknown_route_is_404_json(http):
+    r = http.get("/v1/nothing")
+    assert r.status_code == 404 and "error" in r.json()
