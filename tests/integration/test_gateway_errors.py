@@ -112,3 +112,27 @@ def test_metrics_exposed(http):
 def test_unknown_route_is_404_json(http):
     r = http.get("/v1/nothing")
     assert r.status_code == 404 and "error" in r.json()
+
+
+def test_api_keys_are_enforced_on_both_wires(nats_server, tmp_path):
+    from fakcore.launcher import Topology
+
+    from tests.conftest import base_settings
+
+    topo = Topology(base_settings(nats_server.url, api_keys=("sk-fak-1",)), services=("engine-cpu", "gateway"),
+                    log_dir=tmp_path).start(timeout=60)
+    try:
+        bad = openai.OpenAI(base_url=topo.gateway_url + "/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            bad.chat.completions.create(model="synthetic", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+        good = openai.OpenAI(base_url=topo.gateway_url + "/v1", api_key="sk-fak-1", max_retries=0)
+        assert good.chat.completions.create(model="synthetic", messages=[{"role": "user", "content": "x"}], max_tokens=2).choices
+        with pytest.raises(anthropic.AuthenticationError) as exc:
+            anthropic.Anthropic(base_url=topo.gateway_url, api_key="wrong", max_retries=0).messages.create(
+                model="synthetic", max_tokens=2, messages=[{"role": "user", "content": "x"}])
+        assert exc.value.body["error"]["type"] == "authentication_error"
+        ok = anthropic.Anthropic(base_url=topo.gateway_url, api_key="sk-fak-1", max_retries=0).messages.create(
+            model="synthetic", max_tokens=2, messages=[{"role": "user", "content": "x"}])
+        assert ok.content
+    finally:
+        topo.stop()

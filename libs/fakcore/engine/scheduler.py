@@ -114,7 +114,6 @@ class Scheduler:
         owners: list[Sequence] = []  # sequences that get logits this step, in row order
         logit_rows: list[int] = []
         budget = self.prefill_chunk
-        ctx = self.model.config.context_length
         for seq in batch:
             pending = seq.pending_prompt
             if pending:
@@ -129,9 +128,6 @@ class Scheduler:
                     owners.append(seq)
                     logit_rows.append(rows.stop - 1)
             else:
-                if seq.cache.length + 1 > ctx:
-                    self._finish(seq, "done", None, reason="length")
-                    continue
                 rows = slice(len(tokens), len(tokens) + 1)
                 tokens.append(seq.next_input)
                 segments.append(Segment(seq.cache, rows))
@@ -154,9 +150,7 @@ class Scheduler:
                 self._finish(seq, "done", None)
         return len(tokens)
 
-    def _finish(self, seq: Sequence, kind: str, payload: Any, reason: str = "") -> None:
-        if reason:
-            seq.finish_reason = reason
+    def _finish(self, seq: Sequence, kind: str, payload: Any) -> None:
         with self._cv:
             if seq in self.active:
                 self.active.remove(seq)

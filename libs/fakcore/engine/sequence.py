@@ -153,7 +153,8 @@ class Sequence:
         text, stopped = self.stops.push(self.decoder.push(token))
         if stopped:
             self.finish_reason = "stop"
-        elif len(self.generated) >= self.request.sampling.max_tokens:
+        elif (len(self.generated) >= self.request.sampling.max_tokens
+              or len(self.prompt) + len(self.generated) >= self.model.config.context_length):
             self.finish_reason = "length"
             text += self._final_text()
         return text

@@ -231,12 +231,9 @@ class ChatTemplate:
                 raise ChatTemplateError(f"{self.name}: {first}") from first
 
     def _render(self, messages: list[dict], tools: Any, add_generation_prompt: bool, variables: dict) -> str:
+        context = {"documents": None, **variables}  # transformers always passes `documents`
         return self._template.render(
-            messages=messages,
-            tools=tools,
-            documents=variables.pop("documents", None),
-            add_generation_prompt=add_generation_prompt,
-            **variables,
+            messages=messages, tools=tools, add_generation_prompt=add_generation_prompt, **context
         )
 
 

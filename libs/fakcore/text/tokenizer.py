@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as _Backend
 
 
@@ -59,9 +59,9 @@ def _split_then_bytes(split: str) -> pre_tokenizers.PreTokenizer:
 
 
 def _digits_then_gpt2() -> pre_tokenizers.PreTokenizer:
-    # llama.cpp splits every digit off ("\p{N}") before the GPT-2 regex; so does SmolLM's own tokenizer.json.
-    # (transformers' GGUF loader skips the digit split; it makes no difference for vocabularies like
-    # SmolLM's that hold no multi-digit tokens and no merges across a digit.)
+    # llama.cpp splits every numeral off ("\p{N}") before the GPT-2 regex, as SmolLM's own tokenizer.json
+    # does (its vocabulary has no "Ġ1"). transformers' GGUF loader applies the GPT-2 regex alone, which
+    # splits whitespace before a numeral differently ("\n  2": "ĊĠĠ"+"2" here, "ĊĠ"+"Ġ"+"2" there).
     return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), _GPT2_BYTE_LEVEL])
 
 
@@ -376,11 +376,19 @@ def _byte_level_backend(metadata: dict[str, Any], tokens: list[str], types: list
 def _sentencepiece_backend(
     metadata: dict[str, Any], tokens: list[str], types: list[int], source: str
 ) -> tuple[_Backend, list[int]]:
+    """SentencePiece-style BPE, with transformers' per-architecture variants: Gemma spells runs of
+    spaces as real spaces and ranks merges by file order, Phi-3 prefixes "▁" with a normalizer."""
+    arch = metadata.get("general.architecture", "llama")
+    gemma = arch in ("gemma", "gemma2", "gemma3")
+    if gemma:  # "  " -> "▁▁", so the merges built from the vocabulary match the normalized text
+        tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
     vocab = {}
     for i, tok in enumerate(tokens):
         vocab.setdefault(tok, i)
     if "tokenizer.ggml.merges" in metadata:
         merges = _split_merges(metadata["tokenizer.ggml.merges"], source)
+    elif gemma:  # Gemma's scores do not follow its merge order; the token order does
+        merges = generate_merges(vocab, {t: -float(i) for i, t in enumerate(tokens)})
     else:
         scores = metadata.get("tokenizer.ggml.scores")
         if scores is None or len(scores) != len(tokens):
@@ -390,30 +398,40 @@ def _sentencepiece_backend(
             )
         merges = generate_merges(vocab, dict(zip(tokens, (float(s) for s in scores), strict=True)))
     unk = metadata.get("tokenizer.ggml.unknown_token_id")
+    unk = int(unk) if unk is not None and 0 <= int(unk) < len(tokens) else None
     backend = _Backend(
         models.BPE(
             vocab=vocab,
             merges=merges,
             fuse_unk=True,
             byte_fallback=True,
-            unk_token=tokens[int(unk)] if unk is not None and 0 <= int(unk) < len(tokens) else None,
+            unk_token=tokens[unk] if unk is not None else None,
         )
     )
-    # transformers' non-legacy Llama: "▁" is prepended to the start of the text only. (llama.cpp also
-    # prepends it after every special token; the ids then differ right after a special token.)
-    add_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
-    backend.pre_tokenizer = pre_tokenizers.Metaspace(
-        replacement="▁", prepend_scheme="first" if add_prefix else "never", split=False
-    )
     steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    add_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
+    if gemma:  # no prefix space; every space becomes "▁"
+        backend.normalizer = normalizers.Replace(" ", "▁")
+        backend.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+        add_prefix = False
+    elif arch == "phi3":  # the prefix comes from a normalizer, so text starting with a space keeps both
+        backend.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    else:
+        # transformers' non-legacy Llama: "▁" is prepended to the start of the text only. (llama.cpp
+        # also prepends it after every special token; the ids then differ right after a special token.)
+        backend.pre_tokenizer = pre_tokenizers.Metaspace(
+            replacement="▁", prepend_scheme="first" if add_prefix else "never", split=False
+        )
     if add_prefix:
         steps.append(decoders.Strip(content=" ", left=1, right=0))
     backend.decoder = decoders.Sequence(steps)
     added = _added_tokens(tokens, types)
-    if unk is not None and 0 <= int(unk) < len(tokens) and types[int(unk)] != CONTROL:
-        added.append(AddedToken(tokens[int(unk)], normalized=False, special=True))
+    if unk is not None and types[unk] != CONTROL:
+        added.append(AddedToken(tokens[unk], normalized=False, special=True))
     backend.add_tokens(added)
-    byte_ids = [i for i, (tok, ty) in enumerate(zip(tokens, types, strict=True)) if ty == BYTE or _BYTE_TOKEN.fullmatch(tok)]
+    byte_ids = [
+        i for i, (tok, ty) in enumerate(zip(tokens, types, strict=True)) if ty == BYTE or _BYTE_TOKEN.fullmatch(tok)
+    ]
     return backend, byte_ids
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-
 from fakcore import protocol as p
 
 SAMPLES = [

@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 import pytest
-
 from fakcore import settings as settings_mod
 from fakcore.settings import Settings, SettingsError, parse_bytes
 
@@ -47,4 +46,4 @@ def test_parse_bytes():
 def test_readme_config_table_lists_every_setting():
     readme = (Path(__file__).parents[3] / "README.md").read_text()
     for flag, env, _default, _doc in settings_mod.describe():
-        assert f"`{env}`" in readme, f"README's configuration table lacks {env}"
+        assert f"`{env}`" in readme and f"`{flag}`" in readme, f"README's configuration table lacks {env}"

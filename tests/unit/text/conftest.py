@@ -69,7 +69,7 @@ SPM_SPECIALS = ["<|im_start|>", "<|im_end|>"]  # control tokens
 SPM_USER_DEFINED = ["<tool_call>"]
 
 
-def build_spm_metadata() -> dict:
+def build_spm_metadata(arch: str = "llama") -> dict:
     """A SentencePiece-style vocabulary as llama.cpp writes it: <unk>, <s>, </s>, the 256 <0xNN> byte
     tokens, control and user-defined tokens, then BPE pieces (with ▁ for spaces) scored best-first.
     The pieces are learned with the `tokenizers` BPE trainer; non-ASCII characters are left out so that
@@ -86,11 +86,13 @@ def build_spm_metadata() -> dict:
     merged = [a + b for a, b in spec["merges"] if keep(a + b)]
     base = [p for p in spec["vocab"] if len(p) == 1 and keep(p)]
     pieces = list(dict.fromkeys(merged + base))
+    if arch.startswith("gemma"):
+        pieces += ["  ", "   "]  # Gemma files spell runs of spaces with real spaces
     tokens = ["<unk>", "<s>", "</s>", *[f"<0x{b:02X}>" for b in range(256)], *SPM_SPECIALS, *SPM_USER_DEFINED, *pieces]
     types = [2, 3, 3, *[6] * 256, *[3] * len(SPM_SPECIALS), *[4] * len(SPM_USER_DEFINED), *[1] * len(pieces)]
     scores = [0.0] * (len(tokens) - len(pieces)) + [-float(k) for k in range(len(pieces))]
     return {
-        "general.architecture": "llama",
+        "general.architecture": arch,
         "tokenizer.ggml.model": "llama",
         "tokenizer.ggml.tokens": tokens,
         "tokenizer.ggml.token_type": types,
@@ -101,14 +103,12 @@ def build_spm_metadata() -> dict:
     }
 
 
-@pytest.fixture(scope="session")
-def spm_gguf(tmp_path_factory) -> Path:
+def write_spm_gguf(path: Path, arch: str) -> Path:
     """The SentencePiece vocabulary written into a GGUF file transformers can load (one tiny tensor)."""
     import gguf
 
-    meta = build_spm_metadata()
-    path = tmp_path_factory.mktemp("spm") / "spm.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
+    meta = build_spm_metadata(arch)
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(1)
     w.add_context_length(64)
     w.add_embedding_length(8)
@@ -129,6 +129,11 @@ def spm_gguf(tmp_path_factory) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+@pytest.fixture(scope="session")
+def spm_gguf(tmp_path_factory) -> Path:
+    return write_spm_gguf(tmp_path_factory.mktemp("spm") / "spm.gguf", "llama")
 
 
 @pytest.fixture(scope="session")

@@ -127,6 +127,22 @@ def test_sentencepiece_encodes_like_transformers(spm, hf_spm):
         assert spm.decode(ids, skip_special=False) == hf_spm.decode(ids, skip_special_tokens=False), text
 
 
+@pytest.mark.parametrize("arch", ["gemma2", "phi3"])
+def test_sentencepiece_variants_encode_like_transformers(tmp_path, arch):
+    """Gemma (spaces as "▁" by a normalizer, runs of spaces spelled with real spaces, merges in file
+    order) and Phi-3 (prefix by a normalizer), as transformers' GGUF loader builds them."""
+    from conftest import read_gguf_metadata, write_spm_gguf
+    from transformers import AutoTokenizer
+
+    path = write_spm_gguf(tmp_path / f"{arch}.gguf", arch)
+    tok = Tokenizer.from_gguf(read_gguf_metadata(path), str(path))
+    oracle = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    for text in [*CORPUS, "The  dog   sleeps", " The dog", "x\n y"]:
+        ids = tok.encode(text)
+        assert ids == oracle.encode(text), text
+        assert tok.decode(ids) == oracle.decode(ids, skip_special_tokens=True), text
+
+
 def test_sentencepiece_fields(spm):
     assert (spm.bos_id, spm.eos_ids, spm.add_bos) == (1, (2,), True)  # BOS by default, like llama.cpp
     ids = spm.encode("café")

@@ -1,0 +1,1 @@
+"""fak's benchmarks: `python -m bench <name>` (see __main__.py). Results are printed, never asserted."""
