@@ -218,7 +218,9 @@ def _tool_use(c: ToolCall) -> dict[str, Any]:
         args = json.loads(c.arguments or "{}")
     except ValueError:
         args = {}
-    return {"type": "tool_use", "id": c.id, "name": c.name, "input": args}
+    # Anthropic's ids read toolu_…; the engine's neutral call_… ids are renamed, keeping their suffix.
+    tool_id = "toolu_" + c.id[len("call_"):] if c.id.startswith("call_") else c.id
+    return {"type": "tool_use", "id": tool_id, "name": c.name, "input": args}
 
 
 async def message_response(req: GenerateRequest, replies: AsyncIterator[Any]) -> dict[str, Any]:

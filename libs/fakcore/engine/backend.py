@@ -87,6 +87,11 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> np.ndarr
         smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
         medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
         inv = np.where(medium, smoothed, scaled).astype(np.float32)
+    elif scaling.kind == "factors":
+        # llama.cpp's freq_factors: the angle of pair i is divided by factors[i].
+        if len(scaling.factors) != len(inv):
+            raise BackendError(f"RoPE scaling has {len(scaling.factors)} factors for {len(inv)} frequencies")
+        inv = (inv / np.asarray(scaling.factors, np.float32)).astype(np.float32)
     elif scaling.kind != "none":
         raise BackendError(f"unsupported RoPE scaling {scaling.kind!r}")
     return inv

@@ -1,78 +1,55 @@
-"""One generation in flight: its prompt, cache, sampler, detokenizer and stop rules.
+"""One generation in flight: its prompt, cache, sampler, detokenizer, stop rules, tool calls, grammar.
 
 The scheduler owns a set of these and feeds each the logits of its newest position; a Sequence turns them
 into a token, a text delta and, eventually, a finish reason. Nothing here knows about NATS.
+
+Per token:  mask (grammar) -> sample -> detokenize -> stop strings -> split tool calls from content.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fakcore.engine.loader import LoadedModel
+from fakcore.engine.prompt import Prompt, RequestError, build_prompt, template_tools
 from fakcore.engine.sampling import Sampler
-from fakcore.protocol import ChatMessage, GenerateRequest, ToolSpec
+from fakcore.protocol import ErrorCode, GenerateRequest, ToolCall
+from fakcore.text.constrain import Constraint, ConstraintError
 from fakcore.text.tokenizer import StreamDecoder
+from fakcore.text.toolcalls import ToolCallStreamer, detect_style
+
+__all__ = ["RequestError", "Sequence", "StopMatcher", "prepare", "prompt_ids"]
 
 
-class RequestError(Exception):
-    """The request cannot be served as asked; `code` is a protocol ErrorCode."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
+def uses_tools(request: GenerateRequest) -> bool:
+    return bool(request.tools) and request.tool_choice != "none" and request.prompt is None
 
 
-def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Bus messages -> HuggingFace chat-template messages."""
-    import json
-
-    out = []
-    for m in messages:
-        d: dict[str, Any] = {"role": m.role, "content": m.content}
-        if m.tool_calls:
-            calls = []
-            for c in m.tool_calls:
-                try:
-                    args: Any = json.loads(c.arguments or "{}")
-                except ValueError:
-                    args = c.arguments
-                calls.append({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": args}})
-            d["tool_calls"] = calls
-        if m.tool_call_id:
-            d["tool_call_id"] = m.tool_call_id
-        if m.name:
-            d["name"] = m.name
-        out.append(d)
-    return out
+def prompt_ids(model: LoadedModel, request: Any) -> list[int]:
+    return build_prompt(model, request, with_tools=uses_tools(request) if isinstance(request, GenerateRequest) else True).ids
 
 
-def template_tools(tools: list[ToolSpec]) -> list[dict[str, Any]] | None:
-    if not tools:
-        return None
-    return [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                              "parameters": t.parameters or {"type": "object", "properties": {}}}}
-            for t in tools]
+def prepare(model: LoadedModel, request: GenerateRequest) -> Prompt:
+    return build_prompt(model, request, with_tools=uses_tools(request))
 
 
-def render_prompt(model: LoadedModel, messages: list[ChatMessage], tools: list[ToolSpec], prompt: str | None) -> str:
-    if prompt is not None:
-        return prompt
-    if model.template is None:
-        raise RequestError("unsupported", f"model {model.name} has no chat template: use /v1/completions with a raw prompt")
-    if not messages:
-        raise RequestError("invalid_request", "messages must not be empty")
-    return model.template.render(template_messages(messages), tools=template_tools(tools), add_generation_prompt=True)
-
-
-def prompt_ids(model: LoadedModel, request: GenerateRequest | Any) -> list[int]:
-    """The request's prompt as token ids. A chat template writes its own BOS (as HF's apply_chat_template
-    does); a raw prompt gets one when the tokenizer asks for it."""
-    text = render_prompt(model, request.messages, request.tools, request.prompt)
-    return model.tokenizer.encode(text, add_bos=request.prompt is not None and model.tokenizer.add_bos)
+def make_constraint(model: LoadedModel, request: GenerateRequest) -> Constraint | None:
+    """Grammar for `tool_choice` required / a named function, or for a response JSON Schema."""
+    try:
+        if uses_tools(request) and request.tool_choice in ("required", "function"):
+            name = request.tool_choice_name if request.tool_choice == "function" else None
+            return Constraint.tool_call(model.tokenizer, template_tools(request.tools) or [], name=name,
+                                        style=detect_style(model.template))
+        if request.response_schema is not None:
+            return Constraint.json_schema(model.tokenizer, request.response_schema)
+    except ConstraintError as exc:
+        raise RequestError(ErrorCode.INVALID, f"cannot constrain the output: {exc}") from exc
+    return None
 
 
 class StopMatcher:
@@ -115,10 +92,12 @@ class Sequence:
     prompt: list[int]  # prompt token ids
     cache: Any  # the backend's KVCache
     model: LoadedModel
+    constraint: Constraint | None = None
     emitted: int = 0  # messages sent so far (TokenChunk.seq)
     generated: list[int] = field(default_factory=list)
     finish_reason: str = ""
     cached_tokens: int = 0  # prompt tokens that were already in `cache` (prefix reuse)
+    tool_calls: list[ToolCall] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     first_token_at: float = 0.0
 
@@ -127,6 +106,7 @@ class Sequence:
         self.decoder = StreamDecoder(self.model.tokenizer)
         self.stops = StopMatcher(list(self.request.sampling.stop))
         self.eos = set(self.model.config.eos_ids) | set(self.model.tokenizer.eos_ids)
+        self.calls = ToolCallStreamer(detect_style(self.model.template)) if uses_tools(self.request) else None
 
     @property
     def pending_prompt(self) -> list[int]:
@@ -142,23 +122,48 @@ class Sequence:
         return bool(self.finish_reason)
 
     def accept(self, logits: np.ndarray) -> str:
-        """Sample from the newest position's logits; return the text to stream (may be empty)."""
-        token = self.sampler(logits)
+        """Sample from the newest position's logits; return the content text to stream (may be empty)."""
+        allowed = self.constraint.allowed() if self.constraint is not None else None
+        token = self.sampler(logits, allowed)
         if not self.first_token_at:
             self.first_token_at = time.monotonic()
         if token in self.eos:
-            self.finish_reason = "stop"
-            return self._final_text()
+            return self._finish("stop")
         self.generated.append(token)
+        if self.constraint is not None:
+            self.constraint.advance(token)
         text, stopped = self.stops.push(self.decoder.push(token))
+        out = self._content(text)
         if stopped:
-            self.finish_reason = "stop"
+            out += self._finish("stop", flush=False)
+        elif self.constraint is not None and self.constraint.is_done():
+            out += self._finish("stop")
         elif (len(self.generated) >= self.request.sampling.max_tokens
               or len(self.prompt) + len(self.generated) >= self.model.config.context_length):
-            self.finish_reason = "length"
-            text += self._final_text()
-        return text
+            out += self._finish("length")
+        return out
 
-    def _final_text(self) -> str:
-        text, stopped = self.stops.push(self.decoder.flush())
-        return text if stopped else text + self.stops.flush()
+    def _content(self, text: str) -> str:
+        if self.calls is None or not text:
+            return text
+        return self._events(self.calls.push(text))
+
+    def _events(self, events: list) -> str:
+        out = []
+        for e in events:
+            if e.kind == "content":
+                out.append(e.text)
+            elif e.call is not None:
+                self.tool_calls.append(ToolCall(id=e.call.id or f"call_{uuid.uuid4().hex[:24]}", name=e.call.name,
+                                                arguments=e.call.arguments))
+        return "".join(out)
+
+    def _finish(self, reason: str, flush: bool = True) -> str:
+        out = ""
+        if flush:
+            text, stopped = self.stops.push(self.decoder.flush())
+            out = self._content(text if stopped else text + self.stops.flush())
+        if self.calls is not None:
+            out += self._events(self.calls.finish())
+        self.finish_reason = "tool_calls" if self.tool_calls else reason
+        return out

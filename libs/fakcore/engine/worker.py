@@ -19,7 +19,7 @@ import msgspec
 
 from fakcore.engine.loader import LoadedModel
 from fakcore.engine.scheduler import Overloaded, Scheduler
-from fakcore.engine.sequence import RequestError, Sequence, prompt_ids
+from fakcore.engine.sequence import RequestError, Sequence, make_constraint, prepare, prompt_ids
 from fakcore.protocol import (
     Accepted,
     Announce,
@@ -131,19 +131,15 @@ class EngineWorker:
 
     def _admit(self, req: GenerateRequest) -> Sequence:
         ctx = self.model.config.context_length
-        try:
-            ids = prompt_ids(self.model, req)
-        except RequestError:
-            raise
-        except Exception as exc:  # a template that raises on these messages (e.g. roles out of order)
-            raise RequestError(ErrorCode.INVALID, f"cannot render the prompt: {exc}") from exc
-        if not ids:
+        prompt = prepare(self.model, req)
+        if not prompt.ids:
             raise RequestError(ErrorCode.INVALID, "the prompt is empty")
         if req.sampling.max_tokens < 1:
             raise RequestError(ErrorCode.INVALID, "max_tokens must be at least 1")
-        if len(ids) >= ctx:
-            raise RequestError(ErrorCode.CONTEXT_LENGTH, f"prompt is {len(ids)} tokens; {self.model.name} holds {ctx}")
-        return Sequence(request=req, prompt=ids, cache=self.model.transformer.new_cache(), model=self.model)
+        if len(prompt.ids) >= ctx:
+            raise RequestError(ErrorCode.CONTEXT_LENGTH, f"prompt is {len(prompt.ids)} tokens; {self.model.name} holds {ctx}")
+        return Sequence(request=req, prompt=prompt.ids, cache=self.model.transformer.new_cache(), model=self.model,
+                        constraint=make_constraint(self.model, req))
 
     async def _on_count(self, msg: Any) -> None:
         try:
@@ -194,7 +190,7 @@ class EngineWorker:
                 self.metrics.requests.labels(name, "ok").inc()
                 self.metrics.latency.labels(name).observe(time.monotonic() - arrived)
                 msg = GenerateDone(request_id=rid, seq=seq.emitted, finish_reason=seq.finish_reason or "stop", usage=usage,
-                                   receipt=self.receipt, stop_sequence=seq.stops.matched)
+                                   receipt=self.receipt, stop_sequence=seq.stops.matched, tool_calls=seq.tool_calls)
             else:
                 self._inflight.pop(rid, None)
                 code, message = payload

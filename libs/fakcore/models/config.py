@@ -17,11 +17,20 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class RopeScaling:
-    kind: str  # "none" | "linear" | "llama3"
+    """How RoPE frequencies are stretched for long contexts.
+
+    "linear": every frequency divided by `factor`. "llama3": HuggingFace's Llama-3.1 rule (long wavelengths
+    slowed by `factor`, short ones kept, a blend between). "factors": one divisor per frequency, as
+    llama.cpp stores Llama-3 scaling in GGUF files (the `rope_freqs.weight` tensor; the metadata keeps none
+    of the llama3 parameters, so the divisors are the only faithful record).
+    """
+
+    kind: str  # "none" | "linear" | "llama3" | "factors"
     factor: float = 1.0
     low_freq_factor: float = 1.0  # llama3
     high_freq_factor: float = 4.0  # llama3
     original_context: int = 8192  # llama3: original_max_position_embeddings
+    factors: tuple[float, ...] = ()  # "factors": (head_dim/2,) divisors of the inverse frequencies
 
 
 @dataclass(frozen=True)

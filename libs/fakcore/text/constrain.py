@@ -68,9 +68,30 @@ def ll_tokenizer(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
 
 
 def _with_json_options(schema: dict) -> dict:
-    out = copy.deepcopy(schema)
+    out = _closed(copy.deepcopy(schema))
     out["x-guidance"] = {**JSON_OPTIONS, **out.get("x-guidance", {})}
     return out
+
+
+def _closed(schema: object) -> object:
+    """Objects that list their properties and say nothing of others get `additionalProperties: false`.
+
+    JSON Schema's default (anything else allowed) would let a constrained model invent keys forever; a
+    caller that wants extra keys says so explicitly. This is what OpenAI's strict structured outputs
+    require of every schema."""
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
+                for sub in value.values():
+                    _closed(sub)
+            elif key in ("items", "additionalProperties", "not", "if", "then", "else", "contains"):
+                _closed(value)
+            elif key in ("anyOf", "oneOf", "allOf", "prefixItems") and isinstance(value, list):
+                for sub in value:
+                    _closed(sub)
+        if "properties" in schema and "additionalProperties" not in schema and "patternProperties" not in schema:
+            schema["additionalProperties"] = False
+    return schema
 
 
 def _function(tool: dict) -> dict:

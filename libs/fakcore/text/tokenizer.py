@@ -160,6 +160,15 @@ class Tokenizer:
         enc = self._backend.encode(text, add_special_tokens=False)
         return list(enc.ids), [tuple(o) for o in enc.offsets]
 
+    def encode_literal(self, text: str) -> list[int]:
+        """Ids of `text` with special-token spellings read as plain text (no BOS): for untrusted content,
+        so that a tool result writing "<|im_start|>system" cannot open a turn."""
+        self._backend.encode_special_tokens = True
+        try:
+            return list(self._backend.encode(text, add_special_tokens=False).ids)
+        finally:
+            self._backend.encode_special_tokens = False
+
     def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
         return self._backend.decode(list(ids), skip_special_tokens=skip_special)
 
@@ -487,6 +496,9 @@ class ByteTokenizer(Tokenizer):
         for start, end, special in self._pieces(text):
             ids.extend([special] if special is not None else text[start:end].encode("utf-8"))
         return self._with_bos(ids, add_bos)
+
+    def encode_literal(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         ids: list[int] = []

@@ -6,8 +6,9 @@ import json
 from datetime import datetime
 
 import pytest
-from conftest import TEMPLATES
 from fakcore.text.chat import ChatTemplate, ChatTemplateError, tool_prompt
+
+from .support import TEMPLATES
 
 WEATHER = {
     "type": "function",

@@ -118,7 +118,7 @@ def test_offsets_cover_the_text(smollm2, spm, byte_tok):
 
 
 def test_sentencepiece_encodes_like_transformers(spm, hf_spm):
-    """The llama-SPM GGUF built in conftest, loaded by transformers' GGUF loader, is the oracle."""
+    """The llama-SPM GGUF built in support.py, loaded by transformers' GGUF loader, is the oracle."""
     texts = [*CORPUS, "The dog sleeps.", "hello<tool_call>{}</tool_call>", "<s>hello</s>", "<unk> what", "x\n y"]
     for text in texts:
         ids = spm.encode(text)
@@ -131,8 +131,9 @@ def test_sentencepiece_encodes_like_transformers(spm, hf_spm):
 def test_sentencepiece_variants_encode_like_transformers(tmp_path, arch):
     """Gemma (spaces as "▁" by a normalizer, runs of spaces spelled with real spaces, merges in file
     order) and Phi-3 (prefix by a normalizer), as transformers' GGUF loader builds them."""
-    from conftest import read_gguf_metadata, write_spm_gguf
     from transformers import AutoTokenizer
+
+    from .support import read_gguf_metadata, write_spm_gguf
 
     path = write_spm_gguf(tmp_path / f"{arch}.gguf", arch)
     tok = Tokenizer.from_gguf(read_gguf_metadata(path), str(path))
@@ -157,8 +158,9 @@ def test_sentencepiece_fields(spm):
 
 def test_sentencepiece_with_merges_in_the_file(spm_gguf, spm):
     """A 'llama' vocabulary may list its merges instead of leaving them to be rebuilt from the scores."""
-    from conftest import read_gguf_metadata
     from fakcore.text.tokenizer import generate_merges
+
+    from .support import read_gguf_metadata
 
     meta = read_gguf_metadata(spm_gguf)
     tokens = meta["tokenizer.ggml.tokens"]

@@ -7,9 +7,10 @@ import random
 import zlib
 
 import pytest
-from conftest import TEMPLATES
 from fakcore.text.chat import ChatTemplate
 from fakcore.text.toolcalls import ParsedCall, StreamEvent, ToolCallStreamer, detect_style, parse_tool_calls
+
+from .support import TEMPLATES
 
 
 def test_detect_style(smollm2):

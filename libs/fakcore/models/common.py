@@ -1,0 +1,240 @@
+"""What every family file shares: reading config fields, RoPE settings and layer patterns, renaming tensors.
+
+Each `models/<arch>.py` states only what is particular to its family; the field names of GGUF metadata
+(`{arch}.attention.head_count`, as llama.cpp's convert_hf_to_gguf writes them) and of HuggingFace
+`config.json` files (old `rope_scaling` style and transformers 5's `rope_parameters` alike) are read here.
+Every missing or unusable field raises ConfigError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from fakcore.engine.transformer import WeightError
+from fakcore.formats.tensor import Tensor
+from fakcore.models.config import ConfigError, RopeScaling
+
+_MISSING: Any = object()
+
+
+# -- GGUF metadata ---------------------------------------------------------------------------------------
+
+
+def gguf_field(meta: Mapping[str, Any], key: str, source: str, default: Any = _MISSING) -> Any:
+    if key in meta:
+        return meta[key]
+    if default is _MISSING:
+        raise ConfigError(f"{source}: missing GGUF metadata key '{key}'")
+    return default
+
+
+def gguf_base(meta: Mapping[str, Any], arch: str, source: str) -> dict[str, Any]:
+    """ModelConfig fields every llama.cpp architecture stores the same way (keyword arguments)."""
+
+    def get(key: str, default: Any = _MISSING) -> Any:
+        return gguf_field(meta, f"{arch}.{key}", source, default)
+
+    dim, n_heads = int(get("embedding_length")), int(get("attention.head_count"))
+    n_kv = get("attention.head_count_kv", n_heads)
+    if isinstance(n_kv, list):  # llama.cpp allows one count per layer; fak needs them equal
+        if len(set(n_kv)) != 1:
+            raise ConfigError(f"{source}: '{arch}.attention.head_count_kv' varies per layer ({n_kv}): not supported")
+        n_kv = n_kv[0]
+    head_dim = int(get("attention.key_length", dim // n_heads))
+    if int(get("attention.value_length", head_dim)) != head_dim:
+        raise ConfigError(f"{source}: '{arch}.attention.value_length' differs from key_length: not supported")
+    if int(get("rope.dimension_count", head_dim)) != head_dim:
+        raise ConfigError(f"{source}: '{arch}.rope.dimension_count' = {get('rope.dimension_count')} is not the "
+                          f"head size {head_dim} (partial RoPE is not supported)")
+    vocab = get("vocab_size", None)
+    if vocab is None:
+        vocab = len(gguf_field(meta, "tokenizer.ggml.tokens", source))
+    eos = [int(meta[k]) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                  "tokenizer.ggml.eom_token_id") if meta.get(k) is not None]
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    return dict(
+        arch=arch, vocab_size=int(vocab), dim=dim, n_layers=int(get("block_count")), n_heads=n_heads,
+        n_kv_heads=int(n_kv), head_dim=head_dim, ffn_dim=int(get("feed_forward_length")),
+        norm_eps=float(get("attention.layer_norm_rms_epsilon")), rope_theta=float(get("rope.freq_base", 10000.0)),
+        context_length=int(get("context_length")), rope_scaling=gguf_rope_scaling(meta, arch, source),
+        bos_id=None if bos is None else int(bos), eos_ids=tuple(dict.fromkeys(eos)),
+    )
+
+
+def gguf_rope_scaling(meta: Mapping[str, Any], arch: str, source: str) -> RopeScaling:
+    kind = meta.get(f"{arch}.rope.scaling.type", "none")
+    factor = float(meta.get(f"{arch}.rope.scaling.factor", 1.0))
+    if kind == "none" or (kind == "linear" and factor == 1.0):
+        return RopeScaling("none")
+    if kind == "linear":
+        return RopeScaling("linear", factor=factor)
+    raise ConfigError(f"{source}: '{arch}.rope.scaling.type' = {kind!r} is not supported (none, linear)")
+
+
+def gguf_window_pattern(meta: Mapping[str, Any], arch: str, n_layers: int, default_period: int,
+                        source: str) -> tuple[bool, ...]:
+    """Per layer: sliding-window or not. llama.cpp's set_swa_pattern(n): every n-th layer is global; a file
+    may say otherwise with `{arch}.attention.sliding_window_pattern` (a period, or one bool per layer)."""
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern", default_period)
+    if isinstance(pattern, list):
+        if len(pattern) != n_layers:
+            raise ConfigError(f"{source}: '{arch}.attention.sliding_window_pattern' has {len(pattern)} entries "
+                              f"for {n_layers} layers")
+        return tuple(bool(p) for p in pattern)
+    period = int(pattern)
+    return tuple(period == 0 or i % period < period - 1 for i in range(n_layers))
+
+
+# -- HuggingFace config.json -----------------------------------------------------------------------------
+
+
+def hf_field(cfg: Mapping[str, Any], key: str, source: str, default: Any = _MISSING) -> Any:
+    if cfg.get(key) is not None:
+        return cfg[key]
+    if default is _MISSING:
+        raise ConfigError(f"{source}: config.json has no '{key}'")
+    return default
+
+
+def hf_base(cfg: Mapping[str, Any], arch: str, source: str) -> dict[str, Any]:
+    """ModelConfig fields every HuggingFace decoder config spells the same way (keyword arguments)."""
+    dim, n_heads = int(hf_field(cfg, "hidden_size", source)), int(hf_field(cfg, "num_attention_heads", source))
+    head_dim = int(hf_field(cfg, "head_dim", source, dim // n_heads))
+    theta, scaling = hf_rope(cfg, None, source)
+    eos = hf_field(cfg, "eos_token_id", source, [])
+    return dict(
+        arch=arch, vocab_size=int(hf_field(cfg, "vocab_size", source)), dim=dim,
+        n_layers=int(hf_field(cfg, "num_hidden_layers", source)), n_heads=n_heads,
+        n_kv_heads=int(hf_field(cfg, "num_key_value_heads", source, n_heads)), head_dim=head_dim,
+        ffn_dim=int(hf_field(cfg, "intermediate_size", source)), norm_eps=float(hf_field(cfg, "rms_norm_eps", source)),
+        rope_theta=theta, rope_scaling=scaling, context_length=int(hf_field(cfg, "max_position_embeddings", source)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), bos_id=cfg.get("bos_token_id"),
+        eos_ids=tuple([eos] if isinstance(eos, int) else eos),
+    )
+
+
+def hf_rope(cfg: Mapping[str, Any], layer_type: str | None, source: str,
+            default_theta: float = 10000.0) -> tuple[float, RopeScaling]:
+    """(base, scaling) of one layer type ("full_attention", "sliding_attention"; None: the only one).
+
+    transformers 5 writes `rope_parameters` (per layer type when they differ); older files write
+    `rope_theta` + `rope_scaling`. Both are read.
+    """
+    params = cfg.get("rope_parameters")
+    if isinstance(params, dict) and layer_type is not None and layer_type in params:
+        params = params[layer_type]
+    elif isinstance(params, dict) and "full_attention" in params:
+        params = params["full_attention"]
+    if not isinstance(params, dict):
+        params = dict(cfg.get("rope_scaling") or {})
+        params.setdefault("rope_theta", cfg.get("rope_theta", default_theta))
+    theta = float(params.get("rope_theta") or default_theta)
+    if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ConfigError(f"{source}: partial_rotary_factor {params['partial_rotary_factor']} is not supported")
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind == "default":
+        return theta, RopeScaling("none")
+    if kind == "linear":
+        return theta, RopeScaling("linear", factor=float(params["factor"]))
+    if kind == "llama3":
+        return theta, RopeScaling("llama3", factor=float(params["factor"]),
+                                  low_freq_factor=float(params["low_freq_factor"]),
+                                  high_freq_factor=float(params["high_freq_factor"]),
+                                  original_context=int(params["original_max_position_embeddings"]))
+    raise ConfigError(f"{source}: rope type {kind!r} is not supported (default, linear, llama3)")
+
+
+def hf_window_pattern(cfg: Mapping[str, Any], n_layers: int, source: str,
+                      default: Callable[[int], bool] | None = None) -> tuple[bool, ...]:
+    """Per layer: sliding-window or not, from `layer_types` when present, else `default(layer)`."""
+    types = cfg.get("layer_types")
+    if types is None:
+        return tuple(default(i) for i in range(n_layers)) if default else ()
+    if len(types) != n_layers:
+        raise ConfigError(f"{source}: config.json 'layer_types' has {len(types)} entries for {n_layers} layers")
+    unknown = set(types) - {"sliding_attention", "full_attention"}
+    if unknown:
+        raise ConfigError(f"{source}: config.json 'layer_types' has unsupported {sorted(unknown)}")
+    return tuple(t == "sliding_attention" for t in types)
+
+
+# -- tensors ---------------------------------------------------------------------------------------------
+
+# HuggingFace names -> canonical (llama.cpp) names. Families with sandwich norms re-map the two norms.
+HF_GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+HF_LAYER = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+HF_LAYER_SANDWICH = HF_LAYER | {"post_attention_layernorm.weight": "post_attention_norm.weight",
+                                "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+                                "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
+# Tensors some checkpoints carry that fak recomputes or never reads.
+HF_IGNORED_SUFFIXES = ("self_attn.rotary_emb.inv_freq",)
+
+
+def rename_hf(tensors: Mapping[str, Tensor], layer_map: Mapping[str, str], n_layers: int, tie_embeddings: bool,
+              source: str) -> dict[str, Tensor]:
+    """HuggingFace names -> canonical names. A name no rule knows is an error naming file and tensor."""
+    out: dict[str, Tensor] = {}
+    for name, t in tensors.items():
+        if name.endswith(HF_IGNORED_SUFFIXES) or (tie_embeddings and name == "lm_head.weight"):
+            continue  # the tied head is the embedding table itself
+        canonical = HF_GLOBAL.get(name)
+        if canonical is None and name.startswith("model.layers."):
+            index, _, rest = name[len("model.layers."):].partition(".")
+            if index.isdigit() and int(index) < n_layers and rest in layer_map:
+                canonical = f"blk.{index}.{layer_map[rest]}"
+        if canonical is None:
+            raise WeightError(f"{source}: unexpected tensor {name!r}")
+        out[canonical] = t
+    return out
+
+
+def untie_gguf(tensors: Mapping[str, Tensor]) -> bool:
+    """llama.cpp writes no `output.weight` when the head is tied to the embedding."""
+    return "output.weight" not in tensors
+
+
+def unpermute_qk(t: Tensor, n_heads: int) -> Tensor:
+    """Undo convert_hf_to_gguf's Q/K row permutation (`LlamaModel.permute`).
+
+    llama.cpp rotates interleaved pairs (x0,x1),(x2,x3)…; HuggingFace (and fak) rotate halves (x_i, x_{i+D/2}).
+    The converter reorders each head's rows from [first half; second half] to interleaved pairs:
+    GGUF row h*D + 2i + j holds HF row h*D + j*D/2 + i. Gathering rows moves whole quant blocks, so this
+    works on quantized tensors unchanged.
+    """
+    rows = t.shape[0]
+    head_dim = rows // n_heads
+    if head_dim * n_heads != rows or head_dim % 2:
+        raise WeightError(f"{t.source}: tensor {t.name!r} has {rows} rows, not {n_heads} heads of even size")
+    gguf_rows = np.arange(rows).reshape(n_heads, head_dim // 2, 2)  # [h, i, j] = GGUF row of HF (h, j, i)
+    return t.take_rows(gguf_rows.transpose(0, 2, 1).reshape(-1))
+
+
+def rope_freqs_check(t: Tensor, head_dim: int, source: str) -> tuple[float, ...]:
+    """The per-frequency divisors of a `rope_freqs.weight` tensor, checked for shape and sanity."""
+    values = t.dequantize().reshape(-1)
+    if values.size != head_dim // 2:
+        raise WeightError(f"{source}: tensor 'rope_freqs.weight' has {values.size} values, expected {head_dim // 2}")
+    if not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise WeightError(f"{source}: tensor 'rope_freqs.weight' holds non-positive or non-finite factors")
+    return tuple(float(v) for v in values)
+
+
+def gemma_attention_scale(n_layers: int, big_model_layers: int, dim: int, n_heads: int, head_dim: int) -> float:
+    """llama.cpp's rule for Gemma 2/3 GGUFs, which carry no query_pre_attn_scalar: the 27B model scales by
+    1/sqrt(dim / n_heads), every other size by 1/sqrt(head_dim)."""
+    return 1.0 / math.sqrt(dim // n_heads if n_layers == big_model_layers else head_dim)

@@ -1,0 +1,327 @@
+"""Parity fixtures: tiny random HuggingFace models of every family, written as a safetensors checkpoint and
+as GGUF files the way llama.cpp's convert_hf_to_gguf writes them, and fak run on what was written.
+
+The GGUF writer follows the converter step by step (names through `gguf.get_tensor_name_map`, Q/K row
+permutation for llama, +1 on Gemma norm gains, `rope_freqs` for Llama-3 scaling, norms and biases kept F32,
+metadata keys as its TextModel / LlamaModel / Gemma2Model / Gemma3Model write them). One deliberate
+deviation: a Mistral file also gets `llama.attention.sliding_window`, which the converter drops.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import torch
+from fakcore.engine.backend import Segment
+from fakcore.engine.reference import ReferenceBackend
+from fakcore.engine.transformer import Transformer, load_weights
+from fakcore.formats.quants import quantize
+from fakcore.formats.tensor import Tensor
+from fakcore.models.checkpoint import Checkpoint, load_checkpoint
+from fakcore.text.tokenizer import Tokenizer, bytes_to_unicode
+from safetensors.torch import load_file
+
+VOCAB = 320  # 256 bytes + 63 merges + <|endoftext|>
+EOS = VOCAB - 1
+SEQ = 40  # test sequence length; every sliding window below is shorter
+PREFILL = SEQ // 2
+TOLERANCE = 1e-4
+COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6,
+              initializer_range=0.2, bos_token_id=EOS, eos_token_id=EOS, pad_token_id=None)
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str
+    gguf_arch: str
+    config: dict[str, Any]
+    gguf_ok: bool = True  # False: the config cannot be written as GGUF (a field llama.cpp does not keep)
+    extra_meta: dict[str, Any] = field(default_factory=dict)  # keys beyond the converter's (documented)
+
+
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64, "rope_theta": 10000.0}
+FAMILIES: dict[str, Family] = {
+    # tied head, Llama-3 RoPE scaling with low, medium and high frequency bands at head_dim 16
+    "llama": Family("llama", "llama", dict(num_hidden_layers=3, tie_word_embeddings=True, rope_parameters=LLAMA3_ROPE)),
+    "mistral": Family("mistral", "llama", dict(num_hidden_layers=3, tie_word_embeddings=False, sliding_window=8,
+                                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+                      extra_meta={"llama.attention.sliding_window": 8}),
+    "qwen2": Family("qwen2", "qwen2", dict(num_hidden_layers=3, tie_word_embeddings=False, use_sliding_window=False,
+                                           rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    "qwen3": Family("qwen3", "qwen3", dict(num_hidden_layers=3, tie_word_embeddings=True,
+                                           rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    # even layers local (window 8), softcaps that bite; query_pre_attn_scalar = head_dim as llama.cpp assumes
+    "gemma2": Family("gemma2", "gemma2", dict(num_hidden_layers=3, sliding_window=8, query_pre_attn_scalar=16,
+                                              attn_logit_softcapping=3.0, final_logit_softcapping=4.0,
+                                              hidden_activation="gelu_pytorch_tanh")),
+    # a query_pre_attn_scalar GGUF cannot carry: safetensors only
+    "gemma2-scalar": Family("gemma2", "gemma2", dict(num_hidden_layers=2, sliding_window=8, query_pre_attn_scalar=40,
+                                                     attn_logit_softcapping=3.0, final_logit_softcapping=4.0),
+                            gguf_ok=False),
+    # llama.cpp's default period: layers 0-4 local (base 10k, window 8), layer 5 global (base 50k, linear x4)
+    "gemma3": Family("gemma3_text", "gemma3", dict(
+        num_hidden_layers=6, sliding_window=8, query_pre_attn_scalar=16,
+        layer_types=["sliding_attention"] * 5 + ["full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 50000.0}})),
+}
+FORMATS = ("safetensors", "gguf-f32", "gguf-f16", "gguf-q8_0")
+ROUNDING = {"safetensors": "F32", "gguf-f32": "F32", "gguf-f16": "F16", "gguf-q8_0": "Q8_0"}
+
+
+# -- the HuggingFace side --------------------------------------------------------------------------------
+
+
+def build_hf_model(name: str, matrix_qtype: str = "F32", seed: int = 0) -> torch.nn.Module:
+    """A random model of the family. Norm gains and biases are moved off their init (ones / zeros) so that
+    offsets and biases matter; every matrix is rounded through `matrix_qtype` (what a GGUF of that type
+    stores), so HuggingFace runs exactly the weights fak will read."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fam = FAMILIES[name]
+    config = AutoConfig.for_model(fam.model_type, **(COMMON | fam.config))
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32).eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.ndim == 1:  # norm gains and biases
+                p.add_(0.3 * torch.randn(p.shape, generator=gen))
+            elif matrix_qtype != "F32":
+                values = Tensor.from_array(pname, p.numpy(), matrix_qtype).dequantize()
+                p.copy_(torch.from_numpy(np.array(values)))
+    return model
+
+
+def hf_logits(model: torch.nn.Module, tokens: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.from_numpy(tokens)[None]).logits[0].float().numpy()
+
+
+def tokens_for(seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, VOCAB, SEQ)
+
+
+# -- a tiny GPT-2 style vocabulary -----------------------------------------------------------------------
+
+
+def vocab_metadata() -> dict[str, Any]:
+    """256 byte tokens, 63 two-letter merges, one control token: as GGUF `tokenizer.*` keys."""
+    letters = "etaoinshrd"
+    pairs = [(a, b) for a in letters for b in letters][: VOCAB - 257]
+    tokens = [*bytes_to_unicode().values(), *(a + b for a, b in pairs), "<|endoftext|>"]
+    types = [1] * (VOCAB - 1) + [3]
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2", "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": [f"{a} {b}" for a, b in pairs],
+            "tokenizer.ggml.bos_token_id": EOS, "tokenizer.ggml.eos_token_id": EOS}
+
+
+def save_hf(model: torch.nn.Module, out: Path) -> Path:
+    """save_pretrained plus the tokenizer files a HuggingFace checkpoint carries."""
+    model.save_pretrained(out)
+    meta = vocab_metadata()
+    (out / "tokenizer.json").write_text(Tokenizer.from_gguf(meta, "test vocabulary").to_json())
+    (out / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "bos_token": None,
+                                                           "add_bos_token": False}))
+    return out
+
+
+# -- the GGUF side: convert_hf_to_gguf, step by step ------------------------------------------------------
+
+FILE_TYPE = {"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
+             "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
+
+
+def permute(w: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarray:
+    """convert_hf_to_gguf's LlamaModel.permute, verbatim."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_rope_factors(hp: dict[str, Any]) -> np.ndarray:
+    """convert_hf_to_gguf's LlamaModel.generate_extra_tensors for rope_type llama3, verbatim."""
+    rope = hp["rope_parameters"]
+    base, dim = rope["rope_theta"], hp["head_dim"]
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old_context_len = rope["original_max_position_embeddings"]
+    low_freq_wavelen, high_freq_wavelen = old_context_len / low, old_context_len / high
+    rope_factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_freq_wavelen:
+            rope_factors.append(1)
+        elif wavelen > low_freq_wavelen:
+            rope_factors.append(factor)
+        else:
+            smooth = (old_context_len / wavelen - low) / (high - low)
+            rope_factors.append(1 / ((1 - smooth) / factor + smooth))
+    return torch.tensor(rope_factors, dtype=torch.float32).numpy()
+
+
+def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str, extra: dict[str, Any]) -> None:
+    rope = hp.get("rope_parameters") or {}
+    full = rope.get("full_attention", rope)
+    if arch == "gemma2":  # Gemma2Model.set_gguf_parameters (no super(): no RoPE base)
+        w.add_context_length(hp["max_position_embeddings"])
+        w.add_embedding_length(hp["hidden_size"])
+        w.add_block_count(hp["num_hidden_layers"])
+        w.add_feed_forward_length(hp["intermediate_size"])
+        w.add_head_count(hp["num_attention_heads"])
+        w.add_head_count_kv(hp["num_key_value_heads"])
+        w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
+        w.add_key_length(hp["head_dim"])
+        w.add_value_length(hp["head_dim"])
+        w.add_attn_logit_softcapping(hp["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(hp["final_logit_softcapping"])
+        w.add_sliding_window(hp["sliding_window"])
+    else:  # TextModel.set_gguf_parameters
+        w.add_block_count(hp["num_hidden_layers"])
+        w.add_context_length(hp["max_position_embeddings"])
+        w.add_embedding_length(hp["hidden_size"])
+        w.add_feed_forward_length(hp["intermediate_size"])
+        w.add_head_count(hp["num_attention_heads"])
+        w.add_head_count_kv(hp["num_key_value_heads"])
+        if full.get("rope_type") == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(full["factor"])
+        w.add_rope_freq_base(full["rope_theta"])
+        if "sliding_attention" in rope:
+            w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
+        w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
+        w.add_key_length(hp["head_dim"])
+        w.add_value_length(hp["head_dim"])
+    if arch == "llama":  # LlamaModel.set_gguf_parameters
+        w.add_vocab_size(hp["vocab_size"])
+        w.add_rope_dimension_count(hp["head_dim"])
+    if arch == "gemma3":  # Gemma3Model.set_gguf_parameters
+        if hp.get("final_logit_softcapping"):
+            w.add_final_logit_softcapping(hp["final_logit_softcapping"])
+        w.add_sliding_window(hp["sliding_window"])
+    w.add_file_type(FILE_TYPE[qtype])
+    for key, value in vocab_metadata().items():  # _set_vocab_gpt2 + SpecialVocab
+        if isinstance(value, list):
+            w.add_array(key, value)
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        else:
+            w.add_uint32(key, value)
+    for key, value in extra.items():
+        w.add_uint32(key, value)
+
+
+def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path) -> Path:
+    """Convert the safetensors checkpoint in `hf_dir` to GGUF as convert_hf_to_gguf would (outtype f32 /
+    f16 / q8_0), reading only what the converter reads: config.json and the safetensors file."""
+    fam = FAMILIES[name]
+    hp = json.loads((hf_dir / "config.json").read_text())
+    arch = fam.gguf_arch
+    arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
+    names = gguf.get_tensor_name_map(arch_id, hp["num_hidden_layers"])
+    w = gguf.GGUFWriter(out, arch)
+    write_metadata(w, arch, hp, qtype, fam.extra_meta)
+    n_head, n_kv = hp["num_attention_heads"], hp["num_key_value_heads"]
+    for hf_name, t in load_file(hf_dir / "model.safetensors").items():
+        data = t.float().numpy()
+        if arch.startswith("gemma") and hf_name == "lm_head.weight":
+            continue
+        if arch == "llama" and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
+            data = permute(data, n_head, n_head)
+        if arch == "llama" and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
+            data = permute(data, n_head, n_kv)
+        if arch.startswith("gemma") and hf_name.endswith("norm.weight"):
+            data = data + 1
+        new_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        assert new_name is not None, hf_name
+        add_tensor(w, new_name, data, qtype)
+    if arch == "llama" and (hp.get("rope_parameters") or {}).get("rope_type") == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(hp))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def add_tensor(w: gguf.GGUFWriter, name: str, data: np.ndarray, qtype: str) -> None:
+    data = np.ascontiguousarray(data, np.float32)
+    if data.ndim <= 1 or name.endswith("_norm.weight") or qtype == "F32":
+        w.add_tensor(name, data)
+    elif qtype == "F16":
+        w.add_tensor(name, data.astype(np.float16))
+    else:
+        blocks = quantize(data, qtype)
+        # the HuggingFace model holds dequantize(quantize(W)); quantizing that again must give the same bytes
+        assert np.array_equal(Tensor(name, qtype, data.shape, blocks.reshape(-1), "").dequantize(), data), name
+        w.add_tensor(name, blocks, raw_dtype=gguf.GGMLQuantizationType[qtype])
+
+
+def export(name: str, fmt: str, tmp: Path) -> tuple[torch.nn.Module, Path]:
+    """The HuggingFace model (weights rounded as the format stores them) and the path fak should load."""
+    model = build_hf_model(name, ROUNDING[fmt])
+    hf_dir = save_hf(model, tmp / "hf")
+    if fmt == "safetensors":
+        return model, hf_dir
+    return model, write_gguf(hf_dir, name, ROUNDING[fmt], tmp / f"{name}-{fmt}.gguf")
+
+
+# -- the fak side ----------------------------------------------------------------------------------------
+
+
+def fak_transformer(ckpt: Checkpoint) -> Transformer:
+    backend = ReferenceBackend()
+    return Transformer(ckpt.config, load_weights(ckpt.config, ckpt.tensors, backend, ckpt.source), backend)
+
+
+def fak_full(tf: Transformer, tokens: np.ndarray) -> np.ndarray:
+    return tf.forward(tokens, [Segment(tf.new_cache(), slice(0, len(tokens)))])
+
+
+def fak_cached(tf: Transformer, tokens: np.ndarray, prefill: int = PREFILL) -> np.ndarray:
+    """Prefill the first `prefill` tokens in one call, then one token per call, through one KV cache."""
+    cache = tf.new_cache()
+    rows = [tf.forward(tokens[:prefill], [Segment(cache, slice(0, prefill))])]
+    rows += [tf.forward(tokens[i : i + 1], [Segment(cache, slice(0, 1))]) for i in range(prefill, len(tokens))]
+    return np.concatenate(rows)
+
+
+@dataclass
+class Measured:
+    case: str
+    logits_max_abs: float
+    argmax_agree: int
+    positions: int
+    cached_max_abs: float
+
+
+RESULTS: list[Measured] = []
+
+
+def measure(case: str, path: Path, model: torch.nn.Module, tokens: np.ndarray) -> Measured:
+    ckpt = load_checkpoint(path)
+    tf = fak_transformer(ckpt)
+    expected = hf_logits(model, tokens)
+    full = fak_full(tf, tokens)
+    cached = fak_cached(tf, tokens)
+    m = Measured(case, float(np.abs(full - expected).max()), int((full.argmax(-1) == expected.argmax(-1)).sum()),
+                 len(tokens), float(np.abs(cached - full).max()))
+    RESULTS.append(m)
+    print(f"{case}: logits max|Δ| {m.logits_max_abs:.2e}, argmax {m.argmax_agree}/{m.positions}, "
+          f"cached-vs-full max|Δ| {m.cached_max_abs:.2e}")
+    return m
+
+
+def table() -> str:
+    lines = ["| case | logits max abs diff | argmax agree | cached vs full max abs diff |", "|---|---|---|---|"]
+    lines += [f"| {m.case} | {m.logits_max_abs:.2e} | {m.argmax_agree}/{m.positions} | {m.cached_max_abs:.2e} |"
+              for m in RESULTS]
+    return "\n".join(lines)
