@@ -100,6 +100,15 @@ class GenerateRequest(Message, kw_only=True):
     sampling: Sampling = msgspec.field(default_factory=Sampling)
     session: str = ""  # optional session pinning (x-fak-session)
     deadline_ms: int = 0  # absolute unix time in ms after which the worker may drop the request
+    hold: bool = False  # verdict barrier: the worker may prefill, but samples nothing before a Release
+
+
+class Release(Message, kw_only=True):
+    """Broadcast on subjects.RELEASE: the verdicts of a held request are in. The worker holding it evicts
+    the quarantined blocks' spans from the request's cache (exact mode) and starts decoding."""
+
+    request_id: str
+    quarantined: list[str] = []  # block ids whose spans must go before the first token is sampled
 
 
 class Accepted(Message, kw_only=True):
@@ -311,6 +320,7 @@ class subjects:
     KV_EVICTED = "fak.v1.kv.evicted"
     KV_STATS = "fak.v1.kv.stats"
     CANCEL = "fak.v1.engine.cancel"
+    RELEASE = "fak.v1.engine.release"
     VERDICT_STREAM = "FAK_VERDICTS"  # JetStream stream holding fak.v1.verdict.>
 
     @staticmethod
@@ -355,6 +365,7 @@ class Decoders:
     engine_reply = msgspec.msgpack.Decoder(EngineReply)
     count_reply = msgspec.msgpack.Decoder(CountReply)
     cancel = msgspec.msgpack.Decoder(CancelRequest)
+    release = msgspec.msgpack.Decoder(Release)
     announce = msgspec.msgpack.Decoder(Announce)
     heartbeat = msgspec.msgpack.Decoder(Heartbeat)
     adjudicate = msgspec.msgpack.Decoder(AdjudicateCall | AdjudicateResult)

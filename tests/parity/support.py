@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,17 +220,18 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         w.add_uint32(key, value)
 
 
-def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path) -> Path:
+def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[dict], None] | None = None,
+               drop_keys: tuple[str, ...] = ()) -> Path:
     """Convert the safetensors checkpoint in `hf_dir` to GGUF as convert_hf_to_gguf would (outtype f32 /
-    f16 / q8_0), reading only what the converter reads: config.json and the safetensors file."""
+    f16 / q8_0), reading only what the converter reads: config.json and the safetensors file.
+    `edit(tensors)` and `drop_keys` spoil the result on purpose, for the error tests."""
     fam = FAMILIES[name]
     hp = json.loads((hf_dir / "config.json").read_text())
     arch = fam.gguf_arch
     arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
     names = gguf.get_tensor_name_map(arch_id, hp["num_hidden_layers"])
-    w = gguf.GGUFWriter(out, arch)
-    write_metadata(w, arch, hp, qtype, fam.extra_meta)
     n_head, n_kv = hp["num_attention_heads"], hp["num_key_value_heads"]
+    tensors: dict[str, np.ndarray] = {}
     for hf_name, t in load_file(hf_dir / "model.safetensors").items():
         data = t.float().numpy()
         if arch.startswith("gemma") and hf_name == "lm_head.weight":
@@ -242,9 +244,17 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path) -> Path:
             data = data + 1
         new_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         assert new_name is not None, hf_name
-        add_tensor(w, new_name, data, qtype)
+        tensors[new_name] = data
     if arch == "llama" and (hp.get("rope_parameters") or {}).get("rope_type") == "llama3":
-        w.add_tensor("rope_freqs.weight", llama3_rope_factors(hp))
+        tensors["rope_freqs.weight"] = llama3_rope_factors(hp)
+    if edit is not None:
+        edit(tensors)
+    w = gguf.GGUFWriter(out, arch)
+    write_metadata(w, arch, hp, qtype, fam.extra_meta)
+    for key in drop_keys:
+        del w.kv_data[0][key]
+    for new_name, data in tensors.items():
+        add_tensor(w, new_name, data, qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -325,3 +335,6 @@ def table() -> str:
     lines += [f"| {m.case} | {m.logits_max_abs:.2e} | {m.argmax_agree}/{m.positions} | {m.cached_max_abs:.2e} |"
               for m in RESULTS]
     return "\n".join(lines)
+
+
+SMOLLM2_NOTES: list[str] = []  # lines for the end-of-run summary (test_parity_smollm2.py)

@@ -25,8 +25,8 @@ from fakcore.models.common import (
     hf_base,
     rename_hf,
     rope_freqs_check,
-    untie_gguf,
     unpermute_qk,
+    untie_gguf,
 )
 from fakcore.models.config import ConfigError, ModelConfig, RopeScaling
 

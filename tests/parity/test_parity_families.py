@@ -1,0 +1,57 @@
+"""Every family against HuggingFace transformers: a random tiny model with the family's special features
+switched on, loaded by fak from safetensors and from GGUF files written as llama.cpp writes them (f32, f16,
+Q8_0), must give the same logits (max |Δ| <= 1e-4), the same argmax at every position, and the same logits
+decoding token by token through the KV cache as in one full pass.
+
+For f16 and Q8_0 the HuggingFace model runs the same rounded weights (support.build_hf_model), so what is
+compared is the arithmetic, not the storage format's precision.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fakcore.engine.loader import load_model
+from fakcore.engine.reference import ReferenceBackend
+
+from .support import FAMILIES, FORMATS, TOLERANCE, export, hf_logits, measure, tokens_for
+
+CASES = [(name, fmt) for name, fam in FAMILIES.items() for fmt in FORMATS if fmt == "safetensors" or fam.gguf_ok]
+
+
+@pytest.mark.parametrize(("name", "fmt"), CASES, ids=[f"{n}-{f}" for n, f in CASES])
+def test_logits_match_huggingface(name, fmt, tmp_path):
+    model, path = export(name, fmt, tmp_path)
+    m = measure(f"{name} / {fmt}", path, model, tokens_for())
+    assert m.logits_max_abs <= TOLERANCE
+    assert m.argmax_agree == m.positions
+    assert m.cached_max_abs <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", [n for n, fam in FAMILIES.items() if fam.gguf_ok])
+def test_gguf_and_safetensors_give_the_same_architecture(name, tmp_path):
+    """Apart from where the formats store things differently, both sources describe one model."""
+    from fakcore.models.checkpoint import load_checkpoint
+
+    _, st = export(name, "safetensors", tmp_path / "st")
+    _, gg = export(name, "gguf-f32", tmp_path / "gg")
+    a, b = load_checkpoint(st).config, load_checkpoint(gg).config
+    same = ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "qkv_bias", "qk_norm",
+            "sandwich_norm", "act", "embed_scale", "attn_softcap", "final_softcap", "layer_window",
+            "layer_rope_theta", "tie_embeddings", "eos_ids")
+    assert {f: getattr(a, f) for f in same} == {f: getattr(b, f) for f in same}
+    assert a.scale == pytest.approx(b.scale, rel=1e-7)
+    assert (a.norm_offset, b.norm_offset) == ((1.0, 0.0) if name.startswith("gemma") else (0.0, 0.0))
+
+
+def test_load_model_runs_a_safetensors_directory(tmp_path):
+    model, path = export("qwen3", "safetensors", tmp_path)
+    loaded = load_model(str(path), ReferenceBackend())
+    assert (loaded.config.arch, loaded.source, loaded.template) == ("qwen3", str(path), None)
+    assert loaded.tokenizer.decode(loaded.tokenizer.encode("the shared tree")) == "the shared tree"
+    tokens = tokens_for(2)
+    from fakcore.engine.backend import Segment
+
+    tf = loaded.transformer
+    got = tf.forward(tokens, [Segment(tf.new_cache(), slice(0, len(tokens)))])
+    np.testing.assert_allclose(got, hf_logits(model, tokens), atol=TOLERANCE, rtol=0)
