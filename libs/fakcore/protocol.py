@@ -285,12 +285,76 @@ class KvWorkerStats(msgspec.Struct, kw_only=True):
     sequences: int
     tokens: int
     spans: int
+    bytes: int = 0  # KV memory held by the worker's caches (allocated)
+    budget: int = 0  # FAK_KV_BUDGET in bytes: idle sequences are dropped LRU-first above it
+    active: int = 0  # sequences in use by a request now (never dropped)
+    lookups: int = 0  # prefix look-ups (one per admitted request)
+    hits: int = 0  # look-ups that reused a cached prefix
+    cached_tokens: int = 0  # prompt tokens served from reused prefixes, in total
+    evictions: int = 0  # span evictions done by this worker
+    dropped: int = 0  # whole sequences dropped to stay under the budget
+    maps: list[KvSpans] = []  # every cached sequence's span map (worker kv.stats only)
 
 
 class KvStats(Message, kw_only=True):
     workers: list[KvWorkerStats] = []
     blocks: int = 0  # distinct content blocks mapped
     evictions: int = 0
+
+
+class KvEvict(Message, kw_only=True):
+    """kvmmu -> one worker (subjects.worker(w, "kv.evict"), request/reply): evict these blocks' spans from
+    every sequence of the worker that holds them (cached, in flight or queued). Replied with KvEvictReply."""
+
+    blocks: list[str]
+    mode: str = "exact"  # exact: drop + recompute the suffix | shift: drop + re-rotate survivors' keys
+    cause: str = "verdict"  # verdict | release | command
+    request_id: str = ""  # the verdict's (or held request's) request id, for the audit trail
+
+
+class KvEvicted(Message, kw_only=True):
+    """The receipt of one eviction from one cached sequence, on subjects.KV_EVICTED.
+
+    Positions are the sequence's before the eviction. `digest_*` are sha256 over the committed keys and
+    values of every layer (KVCache.digest). `check` says how the result was verified: "fresh-prefill" (the
+    surviving tokens were prefilled into a scratch cache and compared), "structure" (token ids and span
+    map only; FAK_KV_VERIFY off)."""
+
+    worker: str
+    sequence: str
+    session: str = ""
+    request_id: str = ""
+    cause: str = ""  # verdict | release | command
+    blocks: list[str] = []
+    spans: list[Span] = []  # the ranges removed (in the sequence, before eviction)
+    mode: str = "exact"
+    tokens_before: int = 0  # cached tokens before
+    tokens_after: int = 0  # cached tokens after
+    tokens_recomputed: int = 0  # suffix tokens run through the model again (exact mode)
+    digest_before: str = ""
+    digest_after: str = ""
+    check: str = "structure"  # fresh-prefill | structure
+    identical: bool = False  # the cache equals a fresh prefill of the surviving tokens bit for bit
+    max_abs_dev: float = -1.0  # max |K - K_fresh|, |V - V_fresh| over every layer (-1: not measured)
+    layer_dev: list[float] = []  # per layer, the same maximum
+    attends_evicted: bool = False  # whether any position can still attend to an evicted one (never, by construction)
+    backend: str = ""
+    batch_invariant: bool = False  # the backend promises per-token results independent of batch shape
+    seconds: float = 0.0  # eviction time (without the verification)
+    note: str = ""
+    ts: float = 0.0
+
+
+class KvEvictReply(Message, kw_only=True):
+    worker: str
+    receipts: list[KvEvicted] = []
+
+
+class KvSync(Message, kw_only=True):
+    """kvmmu -> every worker (broadcast on subjects.KV_SYNC): publish all your span maps again (a kvmmu that
+    just started knows nothing)."""
+
+    reason: str = ""
 
 
 KvmmuRequest = KvStatsRequest
@@ -321,6 +385,7 @@ class subjects:
     KV_STATS = "fak.v1.kv.stats"
     CANCEL = "fak.v1.engine.cancel"
     RELEASE = "fak.v1.engine.release"
+    KV_SYNC = "fak.v1.kv.sync"
     VERDICT_STREAM = "FAK_VERDICTS"  # JetStream stream holding fak.v1.verdict.>
 
     @staticmethod
@@ -347,6 +412,7 @@ class subjects:
 
 ADJUDICATOR_QUEUE = "adjudicator"
 KVMMU_QUEUE = "kvmmu"
+KVMMU_DURABLE = "kvmmu"  # the kvmmu's durable JetStream consumer of quarantine verdicts (shared by replicas)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -374,3 +440,7 @@ class Decoders:
     kv_spans = msgspec.msgpack.Decoder(KvSpans)
     kvmmu_request = msgspec.msgpack.Decoder(KvmmuRequest)
     kvmmu_reply = msgspec.msgpack.Decoder(KvmmuReply)
+    kv_evict = msgspec.msgpack.Decoder(KvEvict)
+    kv_evict_reply = msgspec.msgpack.Decoder(KvEvictReply | GenerateError)
+    kv_evicted = msgspec.msgpack.Decoder(KvEvicted)
+    kv_sync = msgspec.msgpack.Decoder(KvSync)

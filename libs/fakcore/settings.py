@@ -43,11 +43,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # -- the engine ------------------------------------------------------------------------------------
     model: Annotated[str, _doc("Model an engine worker serves: `synthetic`, `smollm2-135m`, a .gguf path, a safetensors dir, or hf://org/repo.")] = "synthetic"
     backend: Annotated[str, _doc("Engine numeric path: `reference` (numpy f32) or `numba` (fast CPU).")] = "reference"
+    threads: Annotated[int, _doc("Compute threads of the numba backend (0: all cores).")] = 0
     worker_id: Annotated[str, _doc("Engine worker name on the bus (default: host-pid).")] = ""
     max_sessions: Annotated[int, _doc("Sequences an engine worker decodes together (continuous batching width).")] = 16
     max_queue: Annotated[int, _doc("Requests an engine worker queues beyond `max_sessions` before refusing (overloaded).")] = 64
     announce_interval_s: Annotated[float, _doc("Seconds between worker/service heartbeats on the bus.")] = 1.0
     cache_dir: Annotated[str, _doc("Model cache directory (default: ~/.cache/fak).")] = ""
+    kv_budget: Annotated[str, _doc("KV-cache memory of an engine worker (e.g. 512MiB, 2GiB): finished sequences are kept for prefix reuse and dropped least-recently-used first above it; 0 keeps none.")] = "1GiB"
+    kv_min_prefix: Annotated[int, _doc("Fewest shared prompt tokens worth reusing from a cached sequence.")] = 16
+    kv_evict_mode: Annotated[str, _doc("How a quarantined block's KV spans are evicted: `exact` (drop, recompute the suffix: bit-identical to a fresh prefill) or `shift` (drop, re-rotate survivors' keys; no recompute).")] = "exact"
+    kv_verify: Annotated[bool, _doc("After each eviction, prefill the surviving tokens into a scratch cache and report in the receipt whether the cache is bit-identical (doubles the eviction cost).")] = True
+    hold_timeout_s: Annotated[float, _doc("Verdict barrier: how long a held request waits for its Release before it fails (504).")] = 30.0
 
     # -- the adjudicator -------------------------------------------------------------------------------
     policy: Annotated[str, _doc("Policy file for tool-call adjudication (YAML). Empty: the built-in default policy.")] = ""
@@ -61,6 +67,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def routed_models(self) -> tuple[str, ...]:
         return self.models or (self.model,)
+
+    @property
+    def kv_budget_bytes(self) -> int:
+        return parse_bytes(self.kv_budget)
 
     @property
     def nats_servers(self) -> list[str]:

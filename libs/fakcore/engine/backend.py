@@ -69,6 +69,24 @@ class Backend(Protocol):
     # -- caches ----------------------------------------------------------------------------------------
     def new_cache(self, config: ModelConfig) -> Any: ...
 
+    # KV-MMU primitives (engine/kvmanager.py). They move cache memory only: the cache's metadata (length,
+    # tokens, spans) is the KVCache's own business and the caller updates it after the op. All three are
+    # bit-exact copies or the same arithmetic as the forward pass, so the claims of DESIGN §3 hold:
+    #
+    # kv_drop(cache, start, end): close the gap [start, end). For every layer, the slots end…length-1 of
+    #     k, v and k_pre move to start…length-1-(end-start), bit for bit (keys are NOT re-rotated). Requires
+    #     0 <= start <= end <= cache.length; reads cache.length, writes no metadata. Slots past the new end
+    #     keep stale data (the next write overwrites them).
+    # kv_rerope(cache, start, stop, tables): for every layer l and slot p in start…stop-1,
+    #     k[l, :, p] = rope(k_pre[l, :, p] as a (1, Hkv, D) row, positions=[p], tables[l]), bit-identical to
+    #     what `rope` gives that row at position p inside any forward pass. `tables` is Transformer.rope (one
+    #     table per layer). Requires stop <= cache.length and a cache kept with pre-RoPE keys.
+    # kv_copy(src, dst, n): slots 0…n-1 of src (k, v, k_pre, every layer) into dst bit for bit, growing dst
+    #     as needed. dst must be empty (length 0) and of the same shape; src is unchanged.
+    def kv_drop(self, cache: Any, start: int, end: int) -> None: ...
+    def kv_rerope(self, cache: Any, start: int, stop: int, tables: list[Any]) -> None: ...
+    def kv_copy(self, src: Any, dst: Any, n: int) -> None: ...
+
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> np.ndarray:
     """Inverse frequencies (head_dim/2,) in float32, computed as HuggingFace does (incl. Llama-3 scaling)."""

@@ -65,6 +65,26 @@ class KVCache:
         self.tokens.extend(int(t) for t in tokens)
         self.length += len(tokens)
 
+    def forget(self, start: int, end: int) -> None:
+        """The metadata side of dropping positions start…end-1 (the backend's `kv_drop` moved the memory):
+        later tokens move down, spans inside the range go, spans after it move with their tokens."""
+        start, end = max(0, start), min(end, self.length)
+        d = end - start
+        if d <= 0:
+            return
+        del self.tokens[start:end]
+        self.length -= d
+        self.spans = cut_spans(self.spans, [(start, end)])
+
+    def ranges_of(self, blocks: set[str]) -> list[tuple[int, int]]:
+        """Sorted, merged (start, end) ranges of every span holding one of `blocks`."""
+        return merge_ranges([(s.start, s.end) for s in self.spans if s.block in blocks])
+
+    def host_kv(self) -> tuple[np.ndarray, np.ndarray]:
+        """The committed keys (after RoPE) and values of every layer on the host: (L, Hkv, length, D) each."""
+        n = self.length
+        return self.k[:, :, :n], self.v[:, :, :n]
+
     def truncate(self, n: int) -> None:
         """Forget every position from n on (their slots are reused by the next write)."""
         n = max(0, min(n, self.length))
@@ -86,3 +106,34 @@ class KVCache:
         h.update(np.ascontiguousarray(self.k[:, :, :n]).tobytes())
         h.update(np.ascontiguousarray(self.v[:, :, :n]).tobytes())
         return h.hexdigest()
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(r for r in ranges if r[1] > r[0]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def cut_tokens(tokens: list[int], ranges: list[tuple[int, int]]) -> list[int]:
+    """`tokens` without the positions of `ranges` (sorted, disjoint)."""
+    out, pos = [], 0
+    for start, end in ranges:
+        out += tokens[pos:start]
+        pos = max(pos, end)
+    return out + tokens[pos:]
+
+
+def cut_spans(spans: list[SpanEntry], ranges: list[tuple[int, int]]) -> list[SpanEntry]:
+    """Span entries after removing `ranges` (sorted, disjoint): spans inside a range go, later ones move
+    down by the tokens removed before them; a span only partly cut keeps its surviving tokens."""
+    out = []
+    for s in spans:
+        start = s.start - sum(max(0, min(e, s.start) - b) for b, e in ranges)
+        end = s.end - sum(max(0, min(e, s.end) - b) for b, e in ranges)
+        if end > start:
+            out.append(SpanEntry(s.block, start, end))
+    return out

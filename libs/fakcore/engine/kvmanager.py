@@ -1,0 +1,252 @@
+"""A worker's KV memory: every cached sequence, prefix reuse across requests and sessions, the memory budget,
+and span eviction with receipts (DESIGN §3, §4).
+
+    acquire(seq)  a request gets its cache: the longest cached prefix of its prompt, taken over or copied
+    release(seq)  the request is done; its cache stays for reuse until the budget needs the room (LRU)
+    evict(...)    drop the spans of quarantined blocks from every cache holding them, with a receipt each
+
+Eviction modes:
+    exact  truncate at the first evicted position and run the surviving suffix through the model at its new
+           positions. On a batch-invariant backend the cache is then bit-identical to a fresh prefill of the
+           surviving tokens, and so is every later logit.
+    shift  close the gap (backend.kv_drop) and re-rotate the moved keys from their pre-RoPE copies at their
+           new positions (backend.kv_rerope), no recompute. No position can attend to the span any more, but
+           survivors' keys and values above layer 0 were computed while the span was visible and still carry
+           its influence: the receipt says so and reports the measured deviation.
+
+Everything here runs on the scheduler thread, the only thread that touches caches (the worker reaches it
+through Scheduler.call). Nothing here knows about NATS: bus messages leave through `publish`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fakcore.engine.backend import Segment
+from fakcore.engine.kvcache import SpanEntry, cut_spans, cut_tokens, merge_ranges
+from fakcore.engine.transformer import Transformer
+from fakcore.protocol import KvEvicted, KvSpans, KvWorkerStats, Span
+
+MODES = ("exact", "shift")
+SHIFT_NOTE = ("shift: the evicted positions are gone from every layer and the survivors' keys were re-rotated at "
+              "their new positions, so nothing can attend to the span; but survivors' keys and values above layer 0 "
+              "were computed while the span was visible and still carry its influence (layer_dev, max_abs_dev)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One cache: prefill, eviction, verification
+# ---------------------------------------------------------------------------------------------------------
+
+
+def prefill(tf: Transformer, cache: Any, tokens: list[int], chunk: int = 256) -> np.ndarray | None:
+    """Append `tokens` to `cache` in forward passes of at most `chunk` tokens; the last row's logits."""
+    logits = None
+    for i in range(0, len(tokens), max(1, chunk)):
+        part = np.asarray(tokens[i:i + chunk], np.int64)
+        logits = tf.forward(part, [Segment(cache, slice(0, len(part)))], np.asarray([len(part) - 1], np.int64))[0]
+    return logits
+
+
+def compare_fresh(tf: Transformer, cache: Any, chunk: int = 256) -> tuple[bool, float, list[float]]:
+    """Prefill `cache.tokens` into a scratch cache; (bit-identical, max |Δ|, per-layer max |Δ|) over K and V."""
+    fresh = tf.new_cache()
+    prefill(tf, fresh, list(cache.tokens), chunk)
+    k, v = cache.host_kv()
+    fk, fv = fresh.host_kv()
+    layer_dev = [float(max(np.abs(k[i] - fk[i]).max(initial=0.0), np.abs(v[i] - fv[i]).max(initial=0.0)))
+                 for i in range(k.shape[0])]
+    return cache.digest() == fresh.digest(), max(layer_dev, default=0.0), layer_dev
+
+
+def evict_cache(tf: Transformer, cache: Any, ranges: list[tuple[int, int]], mode: str = "exact", *, chunk: int = 256,
+                verify: bool = True) -> KvEvicted:
+    """Remove the positions of `ranges` (sequence positions, sorted and disjoint; parts past `cache.length`
+    are metadata only) from `cache`. Returns the receipt without worker/sequence names."""
+    if mode not in MODES:
+        raise ValueError(f"unknown eviction mode {mode!r}: expected {' or '.join(MODES)}")
+    be = tf.be
+    blocks = sorted({s.block for s in cache.spans if any(s.start < e and b < s.end for b, e in ranges)})
+    removed = [Span(block=s.block, start=s.start, end=s.end) for s in cache.spans
+               if any(b <= s.start and s.end <= e for b, e in ranges)]
+    held = merge_ranges([(b, min(e, cache.length)) for b, e in ranges if b < cache.length])
+    spans = cut_spans(cache.spans, ranges)  # the full ranges: a span still being prefilled goes whole
+    before, n0 = cache.digest(), cache.length
+    t0 = time.perf_counter()
+    recomputed = 0
+    if held and mode == "exact":
+        survivors = cut_tokens(list(cache.tokens), held)
+        start = held[0][0]
+        cache.truncate(start)
+        prefill(tf, cache, survivors[start:], chunk)
+        recomputed = len(survivors) - start
+    elif held:
+        for b, e in reversed(held):
+            be.kv_drop(cache, b, e)
+            cache.forget(b, e)
+        be.kv_rerope(cache, held[0][0], cache.length, tf.rope)
+    cache.spans = spans
+    seconds = time.perf_counter() - t0
+    receipt = KvEvicted(worker="", sequence="", blocks=blocks, spans=removed, mode=mode, tokens_before=n0,
+                        tokens_after=cache.length, tokens_recomputed=recomputed, digest_before=before,
+                        digest_after=cache.digest(), backend=be.name, batch_invariant=bool(be.batch_invariant),
+                        seconds=seconds, note=SHIFT_NOTE if mode == "shift" and held else "", ts=time.time())
+    if verify and held:
+        receipt.check = "fresh-prefill"
+        receipt.identical, receipt.max_abs_dev, receipt.layer_dev = compare_fresh(tf, cache, chunk)
+    return receipt
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The pool of a worker's caches
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    id: str  # the sequence's name on the bus (KvSpans.sequence)
+    cache: Any
+    session: str = ""  # x-fak-session of the request that last used it: such entries are dropped last
+    owner: Any = None  # the Sequence using it now; None: idle (reusable, droppable)
+    used: float = 0.0  # monotonic time of the last use (LRU)
+
+
+def common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    n = min(len(a), len(b), limit)
+    if n <= 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n], np.int64) != np.asarray(b[:n], np.int64))
+    return int(diff[0]) if len(diff) else n
+
+
+class KVPool:
+    def __init__(self, tf: Transformer, *, worker: str = "", budget: int = 1 << 30, min_prefix: int = 16,
+                 chunk: int = 256, verify: bool = True, publish: Callable[[Any], None] | None = None):
+        self.tf = tf
+        self.worker = worker
+        self.budget = budget
+        self.min_prefix = max(1, min_prefix)
+        self.chunk = chunk
+        self.verify = verify
+        self.publish = publish or (lambda msg: None)
+        self.entries: dict[str, Entry] = {}
+        # counters (read by the heartbeat thread; plain ints)
+        self.bytes = 0
+        self.lookups = self.hits = self.cached_tokens = self.evictions = self.dropped = 0
+
+    # -- requests ------------------------------------------------------------------------------------
+    def acquire(self, seq: Any) -> None:
+        """Give `seq` its cache, reusing the longest cached prefix of its prompt (any session's)."""
+        if seq.cache is not None:
+            return
+        session = seq.request.session
+        best, best_len = None, 0
+        limit = len(seq.prompt) - 1  # the last prompt token is always computed: it yields the first logits
+        for e in self.entries.values():
+            n = common_prefix(e.cache.tokens, seq.prompt, limit)
+            if n and (n, session and e.session == session, e.owner is None, e.used) > \
+                    (best_len, session and best is not None and best.session == session, best is None or best.owner is None,
+                     best.used if best else 0.0):
+                best, best_len = e, n
+        self.lookups += 1
+        if best is not None and best_len >= self.min_prefix:
+            self.hits += 1
+            self.cached_tokens += best_len
+            whole = best_len == best.cache.length
+            if best.owner is None and (whole or (session and best.session == session)):
+                entry = best  # take it over: nothing anyone else could reuse is lost (or it is the session's own)
+                entry.cache.truncate(best_len)
+            else:  # copy the shared prefix: the other sequence keeps its cache
+                entry = self._new_entry()
+                self.tf.be.kv_copy(best.cache, entry.cache, best_len)
+                entry.cache.commit(best.cache.tokens[:best_len])
+        else:
+            best_len = 0
+            entry = self._new_entry()
+        entry.owner, entry.session, entry.used = seq, session, time.monotonic()
+        entry.cache.spans = [SpanEntry(s.block, s.start, s.end) for s in getattr(seq, "spans", [])]
+        seq.cache, seq.cached_tokens = entry.cache, best_len
+        self._fit()
+        self.publish(self.span_map(entry))
+
+    def release(self, seq: Any) -> None:
+        """`seq` is finished (done, failed or cancelled): its cache becomes idle, kept while the budget allows."""
+        entry = self.entry_of(seq)
+        if entry is None:
+            return
+        entry.owner, entry.used = None, time.monotonic()
+        self._fit()
+        if entry.id in self.entries:
+            self.publish(self.span_map(entry))
+
+    def entry_of(self, seq: Any) -> Entry | None:
+        return next((e for e in self.entries.values() if e.owner is seq), None)
+
+    def _new_entry(self) -> Entry:
+        entry = Entry(id=uuid.uuid4().hex[:12], cache=self.tf.new_cache(), used=time.monotonic())
+        self.entries[entry.id] = entry
+        return entry
+
+    def _fit(self) -> None:
+        """Drop idle sequences, least recently used first and session-pinned ones last, until under budget."""
+        self.bytes = sum(e.cache.nbytes for e in self.entries.values())
+        idle = sorted((e for e in self.entries.values() if e.owner is None), key=lambda e: (bool(e.session), e.used))
+        for e in idle:
+            if self.bytes <= self.budget:
+                break
+            self.drop(e.id)
+
+    def drop(self, entry_id: str) -> None:
+        e = self.entries.pop(entry_id)
+        self.bytes -= e.cache.nbytes
+        self.dropped += 1
+        self.publish(KvSpans(worker=self.worker, sequence=e.id, session=e.session, dropped=True))
+
+    # -- eviction ------------------------------------------------------------------------------------
+    def evict(self, blocks: Iterable[str], mode: str = "exact", *, queued: Iterable[Any] = (), only: Any = None,
+              cause: str = "", request_id: str = "") -> list[KvEvicted]:
+        """Evict every span of `blocks` from the caches holding them: all of them, or only `only`'s (a
+        Sequence). Queued sequences (no cache yet) whose prompt holds a block get their cache first, so their
+        prompt loses the block too. In-flight sequences lose the block from their remaining prompt as well."""
+        blocks = set(blocks)
+        for seq in [only] if only is not None else queued:
+            if seq.cache is None and (seq is only or any(s.block in blocks for s in seq.spans)):
+                self.acquire(seq)
+        targets = [self.entry_of(only)] if only is not None else list(self.entries.values())
+        receipts = []
+        for e in targets:
+            if e is None:
+                continue
+            ranges = e.cache.ranges_of(blocks)
+            if not ranges:
+                continue
+            r = evict_cache(self.tf, e.cache, ranges, mode, chunk=self.chunk, verify=self.verify)
+            if e.owner is not None:
+                e.owner.drop_prompt(ranges)
+            r.worker, r.sequence, r.session, r.cause, r.request_id = self.worker, e.id, e.session, cause, request_id
+            receipts.append(r)
+            self.evictions += 1
+            self.publish(self.span_map(e))
+        self._fit()
+        return receipts
+
+    # -- views ---------------------------------------------------------------------------------------
+    def span_map(self, e: Entry) -> KvSpans:
+        return KvSpans(worker=self.worker, sequence=e.id, session=e.session, length=e.cache.length,
+                       spans=[Span(block=s.block, start=s.start, end=s.end) for s in e.cache.spans])
+
+    def maps(self) -> list[KvSpans]:
+        return [self.span_map(e) for e in self.entries.values()]
+
+    def stats(self, with_maps: bool = True) -> KvWorkerStats:
+        entries = list(self.entries.values())
+        return KvWorkerStats(worker=self.worker, sequences=len(entries), tokens=sum(e.cache.length for e in entries),
+                             spans=sum(len(e.cache.spans) for e in entries), bytes=self.bytes, budget=self.budget,
+                             active=sum(e.owner is not None for e in entries), lookups=self.lookups, hits=self.hits,
+                             cached_tokens=self.cached_tokens, evictions=self.evictions, dropped=self.dropped,
+                             maps=[self.span_map(e) for e in entries] if with_maps else [])

@@ -1,0 +1,39 @@
+"""The policy language: which tool calls an agent's model may make, and under which conditions.
+
+    language.py   the YAML schema, its validation, and `Policy.decide` (pure)
+    store.py      policies per API key, loaded from a file or a folder, hot-reloaded; rate limits
+
+The grammar, with every field optional:
+
+    default: allow             # allow | deny | ask: for tools the file does not name
+    sinks: [send_email, transfer_money]   # tools that move data out or change the world
+    untrusted: deny            # a sink call once untrusted content (a tool result) is in the session:
+                               #   allow | deny | ask | {args: {...}} (constrain instead of deny)
+    rate: 120/minute           # every call of one API key together
+    tools:
+      get_weather: allow       # short form: an action
+      shell: deny
+      read_file:
+        args:                  # every constraint must hold; a missing argument passes unless required
+          path: {prefix: /srv/data/}
+      send_email:
+        sink: true
+        args:
+          to: {regex: '[^@]+@example\\.com'}
+        untrusted:
+          args: {to: {enum: [me@example.com]}}
+        rate: 5/minute
+      transfer_money:
+        schema: {type: object, properties: {amount: {type: number, maximum: 100}}}
+
+Argument constraints: `regex` (full match), `enum`, `min` / `max`, `prefix` (path prefix, after
+normalising `..`), `schema` (JSON Schema of the argument), `required`. A list argument must satisfy the
+constraint element by element. "ask" is a denial whose reason says a human must approve: no wire fak
+speaks can pause a call for approval.
+"""
+
+from fakcore.policy.language import ACTIONS, Decision, Policy, PolicyError, parse
+from fakcore.policy.store import PolicySet, PolicyStore, RateLimiter, key_id, load, load_set
+
+__all__ = ["ACTIONS", "Decision", "Policy", "PolicyError", "PolicySet", "PolicyStore", "RateLimiter", "key_id", "load",
+           "load_set", "parse"]

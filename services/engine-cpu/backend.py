@@ -1,0 +1,166 @@
+"""The fast CPU backend: numba kernels over weights that stay quantized.
+
+Implements fakcore.engine.backend.Backend. Weights are repacked once at load into int8 values with a
+float32 scale and offset per sub-block (formats/quants/unpack.py), float tensors stay float32; kernels
+(kernels.py) dequantize one row at a time into a per-thread buffer and never hold an f32 copy of a matrix.
+Every kernel is batch-invariant (see kernels.py), so `batch_invariant = True`: exact KV eviction relies on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fakcore.engine.backend import BackendError, Segment, rope_inv_freq
+from fakcore.engine.kvcache import KVCache
+from fakcore.formats.quants.unpack import INTEGER_TYPES, unpack
+from fakcore.models.config import ModelConfig, RopeScaling
+
+FLOAT_TYPES = ("F32", "F16", "BF16")
+
+
+@dataclass
+class QMatrix:
+    """A (rows, cols) weight kept as int8 values with a scale and offset per sub-block."""
+
+    q: np.ndarray  # (rows, subs, sub) int8
+    scale: np.ndarray  # (rows, subs) float32
+    offset: np.ndarray  # (rows, subs) float32
+    qtype: str
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.q.shape[0], self.q.shape[1] * self.q.shape[2]
+
+
+class RopeTable:
+    def __init__(self, head_dim: int, theta: float, scaling: RopeScaling):
+        self.inv_freq = rope_inv_freq(head_dim, theta, scaling)
+        self.cos = np.zeros((0, head_dim), np.float32)
+        self.sin = np.zeros((0, head_dim), np.float32)
+
+    def upto(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if n > len(self.cos):
+            n = max(n, 2 * len(self.cos), 256)
+            freqs = np.outer(np.arange(n, dtype=np.float32), self.inv_freq).astype(np.float32)
+            emb = np.concatenate([freqs, freqs], axis=-1)
+            self.cos, self.sin = np.ascontiguousarray(np.cos(emb)), np.ascontiguousarray(np.sin(emb))
+        return self.cos, self.sin
+
+
+class NumbaBackend:
+    name = "numba"
+    device = "cpu"
+    batch_invariant = True
+
+    def __init__(self, threads: int = 0):
+        import numba
+
+        from fak_engine_cpu import kernels
+
+        self.k = kernels
+        if threads:
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        self.threads = numba.get_num_threads()
+        self._resident: dict[tuple, Any] = {}
+
+    # -- weights ---------------------------------------------------------------------------------------
+    def matrix(self, t) -> QMatrix | np.ndarray:
+        key = (t.source, t.name, t.qtype, tuple(t.shape), t.raw.ctypes.data)
+        if key in self._resident:  # a tied embedding is the LM head: one resident copy
+            return self._resident[key]
+        rows = t.shape[0]
+        if t.qtype in FLOAT_TYPES:
+            w: Any = np.ascontiguousarray(t.dequantize().reshape(rows, -1), dtype=np.float32)
+        elif t.qtype in INTEGER_TYPES:
+            u = unpack(t.qtype, t.as_blocks().reshape(-1, t.type_size))
+            n_blocks = u.q.shape[0] // rows
+            subs, sub = u.q.shape[1] * n_blocks, u.q.shape[2]
+            w = QMatrix(np.ascontiguousarray(u.q.reshape(rows, subs, sub)), np.ascontiguousarray(u.scale.reshape(rows, subs)),
+                        np.ascontiguousarray(u.offset.reshape(rows, subs)), t.qtype)
+        else:
+            raise BackendError(f"{t.source}: tensor {t.name!r}: the numba backend has no kernel for {t.qtype}")
+        self._resident[key] = w
+        return w
+
+    def vector(self, t, offset: float = 0.0) -> np.ndarray:
+        return np.ascontiguousarray(t.dequantize().reshape(-1) + np.float32(offset), dtype=np.float32)
+
+    def embedding(self, t) -> QMatrix | np.ndarray:
+        return self.matrix(t)
+
+    # -- ops -------------------------------------------------------------------------------------------
+    def embed(self, table, ids: np.ndarray, scale: float) -> np.ndarray:
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if isinstance(table, QMatrix):
+            out = np.empty((len(ids), table.shape[1]), np.float32)
+            self.k.embed_q(table.q, table.scale, table.offset, ids, np.float32(scale), out)
+            return out
+        x = table[ids]
+        return x * np.float32(scale) if scale != 1.0 else x.copy()
+
+    def linear(self, x: np.ndarray, w, bias: np.ndarray | None = None) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if isinstance(w, QMatrix):
+            out = np.empty((x.shape[0], w.shape[0]), np.float32)
+            self.k.linear_q(w.q, w.scale, w.offset, x, out)
+        else:
+            out = np.empty((x.shape[0], w.shape[0]), np.float32)
+            self.k.linear_f32(w, x, out)
+        if bias is not None:
+            out += bias
+        return out
+
+    def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+        shape = x.shape
+        x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, shape[-1])
+        out = np.empty_like(x2)
+        self.k.rmsnorm(x2, w, np.float32(eps), out)
+        return out.reshape(shape)
+
+    def rope_table(self, head_dim: int, theta: float, scaling: RopeScaling) -> RopeTable:
+        return RopeTable(head_dim, theta, scaling)
+
+    def rope(self, x: np.ndarray, positions: np.ndarray, table: RopeTable) -> np.ndarray:
+        cos, sin = table.upto(int(positions.max()) + 1)
+        out = np.empty_like(x)
+        self.k.rope(np.ascontiguousarray(x), np.ascontiguousarray(positions, dtype=np.int64), cos, sin, out)
+        return out
+
+    def attention(self, q, k_pre, k, v, segments: list[Segment], layer: int, window: int, scale: float,
+                  softcap: float) -> np.ndarray:
+        out = np.empty_like(q)
+        for seg in segments:
+            cache: KVCache = seg.cache
+            start = cache.length
+            n = seg.rows.stop - seg.rows.start
+            cache.write(layer, start, k_pre[seg.rows], k[seg.rows], v[seg.rows])
+            part = np.empty((n, q.shape[1], q.shape[2]), np.float32)
+            self.k.attention(np.ascontiguousarray(q[seg.rows]), cache.k[layer], cache.v[layer], start, int(window),
+                             np.float32(scale), np.float32(softcap), part)
+            out[seg.rows] = part
+        return out
+
+    def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
+        out = np.empty_like(gate)
+        (self.k.gated_silu if act == "silu" else self.k.gated_gelu_tanh)(gate, up, out)
+        return out
+
+    def add(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return x + y
+
+    def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
+        return np.tanh(x / np.float32(cap)) * np.float32(cap)
+
+    def take_rows(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x[rows])
+
+    def to_host(self, x: np.ndarray) -> np.ndarray:
+        return x
+
+    # -- caches ----------------------------------------------------------------------------------------
+    def new_cache(self, config: ModelConfig) -> KVCache:
+        return KVCache(config.n_layers, config.n_kv_heads, config.head_dim)
+

@@ -1,0 +1,75 @@
+"""The numba backend's kernels against the numpy reference, for every weight type, and their batch
+invariance (a token's result does not depend on the other tokens in the call)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fak_engine_cpu.backend import NumbaBackend, QMatrix
+from fakcore.engine.reference import ReferenceBackend
+from fakcore.formats.quants import QTYPES
+from fakcore.formats.quants.unpack import INTEGER_TYPES
+from fakcore.formats.tensor import Tensor
+from tests.unit.formats.test_formats_unpack import random_blocks
+
+
+@pytest.fixture(scope="module")
+def nb():
+    return NumbaBackend()
+
+
+def quantized(qtype: str, rows: int, cols: int, seed: int = 0) -> Tensor:
+    qt = QTYPES[qtype]
+    rng = np.random.default_rng(seed)
+    blocks = random_blocks(qtype, rows * cols // qt.block_size, rng)
+    return Tensor(name=f"w.{qtype}", qtype=qtype, shape=(rows, cols), raw=blocks.reshape(-1), source="test")
+
+
+@pytest.mark.parametrize("qtype", INTEGER_TYPES + ("F32", "F16", "BF16"))
+def test_linear_matches_reference_and_is_batch_invariant(nb, qtype):
+    rows, cols = 40, 512
+    if qtype in ("F32", "F16", "BF16"):
+        values = np.random.default_rng(1).standard_normal((rows, cols)).astype(np.float32)
+        t = Tensor.from_array(f"w.{qtype}", values, qtype)
+    else:
+        t = quantized(qtype, rows, cols)
+    w = nb.matrix(t)
+    assert isinstance(w, QMatrix) == (qtype in INTEGER_TYPES)
+    ref_w = ReferenceBackend().matrix(t)
+    x = np.random.default_rng(2).standard_normal((13, cols)).astype(np.float32)
+    y = nb.linear(x, w)
+    expected = x.astype(np.float64) @ ref_w.astype(np.float64).T
+    np.testing.assert_allclose(y, expected, rtol=2e-5, atol=2e-5 * np.abs(expected).max())
+    for t_ in range(len(x)):  # one token at a time: bit for bit the rows of the batched call
+        assert np.array_equal(nb.linear(x[t_:t_ + 1], w)[0], y[t_])
+    assert np.array_equal(nb.linear(x[3:9], w), y[3:9])
+
+
+def test_quantized_matrix_is_resident_in_integer_form(nb):
+    t = quantized("Q4_K", 16, 256)
+    w = nb.matrix(t)
+    assert w.q.dtype == np.int8 and w.q.shape == (16, 8, 32)
+    assert nb.matrix(t) is w  # tied use (embedding and LM head) shares one copy
+
+
+def test_embedding_rows_equal_dequantized_rows(nb):
+    t = quantized("Q8_0", 50, 64)
+    ids = np.array([3, 0, 49, 3])
+    np.testing.assert_array_equal(nb.embed(nb.embedding(t), ids, 1.0), t.dequantize()[ids])
+
+
+def test_elementwise_ops_match_reference(nb):
+    ref = ReferenceBackend()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((7, 4, 16)).astype(np.float32)
+    w = rng.standard_normal(16).astype(np.float32)
+    np.testing.assert_allclose(nb.rmsnorm(x, w, 1e-6), ref.rmsnorm(x, w, 1e-6), rtol=1e-5, atol=1e-6)
+    from fakcore.models.config import RopeScaling
+
+    pos = np.array([0, 1, 2, 50, 51, 700, 3])
+    np.testing.assert_allclose(nb.rope(x, pos, nb.rope_table(16, 10000.0, RopeScaling("none"))),
+                               ref.rope(x, pos, ref.rope_table(16, 10000.0, RopeScaling("none"))), rtol=1e-5, atol=1e-5)
+    g, u = rng.standard_normal((2, 5, 32)).astype(np.float32)
+    for act in ("silu", "gelu_tanh"):
+        np.testing.assert_allclose(nb.gated(g, u, act), ref.gated(g, u, act), rtol=1e-5, atol=1e-6)
