@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from fakcore.launcher import Topology
 from fakcore.natsd import EmbeddedNats
 from fakcore.settings import Settings

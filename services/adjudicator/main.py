@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import msgspec
+
 from fak_adjudicator import handlers
 from fakcore import bus, policy
 from fakcore.protocol import (

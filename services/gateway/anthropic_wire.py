@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
+
 from fak_gateway.errors import WireError
 from fak_gateway.openai_wire import decode
 from fakcore.protocol import (

@@ -20,6 +20,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from litestar import Litestar, Request, Response, get, post
+from litestar.exceptions import HTTPException
+from litestar.middleware import ASGIMiddleware
+from litestar.response import Stream
+
 from fak_gateway import anthropic_wire, openai_wire
 from fak_gateway.engines import Engines
 from fak_gateway.errors import WireError, wire_of
@@ -28,10 +33,6 @@ from fakcore.metrics import Metrics
 from fakcore.protocol import Accepted, GenerateRequest, Heartbeat, encode, subjects
 from fakcore.service import instance_name
 from fakcore.settings import Settings
-from litestar import Litestar, Request, Response, get, post
-from litestar.exceptions import HTTPException
-from litestar.middleware import ASGIMiddleware
-from litestar.response import Stream
 
 log = logging.getLogger("fak.gateway")
 

@@ -11,6 +11,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from nats.aio.client import Client as NATS
+
 from fak_gateway.errors import WireError
 from fakcore import bus
 from fakcore.protocol import (
@@ -27,7 +29,6 @@ from fakcore.protocol import (
     subjects,
 )
 from fakcore.settings import Settings
-from nats.aio.client import Client as NATS
 
 
 class Engines:

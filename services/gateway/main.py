@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uvicorn
+
 from fak_gateway.app import create_app
 from fakcore.service import setup_logging
 from fakcore.settings import Settings

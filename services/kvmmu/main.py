@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 import msgspec
+
 from fak_kvmmu.spans import SpanMap
 from fakcore.protocol import KVMMU_QUEUE, Decoders, ErrorCode, GenerateError, encode, subjects
 from fakcore.service import Service, run_service

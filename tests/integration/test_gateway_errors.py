@@ -116,7 +116,6 @@ def test_unknown_route_is_404_json(http):
 
 def test_api_keys_are_enforced_on_both_wires(nats_server, tmp_path):
     from fakcore.launcher import Topology
-
     from tests.conftest import base_settings
 
     topo = Topology(base_settings(nats_server.url, api_keys=("sk-fak-1",)), services=("engine-cpu", "gateway"),

@@ -19,6 +19,8 @@ from typing import Any
 import gguf
 import numpy as np
 import torch
+from safetensors.torch import load_file
+
 from fakcore.engine.backend import Segment
 from fakcore.engine.reference import ReferenceBackend
 from fakcore.engine.transformer import Transformer, load_weights
@@ -26,7 +28,6 @@ from fakcore.formats.quants import quantize
 from fakcore.formats.tensor import Tensor
 from fakcore.models.checkpoint import Checkpoint, load_checkpoint
 from fakcore.text.tokenizer import Tokenizer, bytes_to_unicode
-from safetensors.torch import load_file
 
 VOCAB = 320  # 256 bytes + 63 merges + <|endoftext|>
 EOS = VOCAB - 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fakcore.engine.loader import load_model
 from fakcore.engine.reference import ReferenceBackend
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from fakcore.engine.backend import Segment
 from fakcore.engine.loader import LoadedModel, load_model
 from fakcore.engine.reference import ReferenceBackend

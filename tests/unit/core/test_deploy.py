@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jsonschema
 import yaml
+
 from fakcore.cli import SERVICES
 from fakcore.settings import ENV_PREFIX, describe
 

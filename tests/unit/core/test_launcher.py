@@ -11,6 +11,7 @@ import time
 
 import nats
 import pytest
+
 from fakcore.launcher import StartupError, Topology, stop_process
 from fakcore.natsd import EmbeddedNats
 from fakcore.settings import Settings

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+
 from fakcore import settings as settings_mod
 from fakcore.settings import Settings, SettingsError, parse_bytes
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fakcore.engine.backend import Segment
 from fakcore.engine.loader import load_model, make_backend
 from fakcore.engine.sampling import Sampler

@@ -4,6 +4,7 @@ holds special-token text, and a span map that names each message's tokens."""
 from __future__ import annotations
 
 import pytest
+
 from fakcore.engine.loader import load_model, make_backend
 from fakcore.engine.prompt import RequestError, build_prompt
 from fakcore.models import synthetic

@@ -5,6 +5,7 @@ import json
 import struct
 
 import numpy as np
+
 from fakcore.formats.quants import QTYPES
 
 # Byte offsets of the f16 scale fields inside each block type's layout (see quants/legacy.py, kquants.py).

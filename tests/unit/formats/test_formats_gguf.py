@@ -4,11 +4,12 @@ hand-built broken files, each of which must fail naming the file and what was wr
 import gguf
 import numpy as np
 import pytest
-from fakcore.formats import FormatError, GGUFError, GGUFFile, Tensor
-from fakcore.formats.quants import QTYPES
 from formats_helpers import gguf_file, random_blocks
 from gguf import GGMLQuantizationType as GGMLType
 from gguf import GGUFValueType as VType
+
+from fakcore.formats import FormatError, GGUFError, GGUFFile, Tensor
+from fakcore.formats.quants import QTYPES
 
 # (key, value type, value) for every metadata kind the writer can express, incl. typed and nested arrays.
 METADATA = [

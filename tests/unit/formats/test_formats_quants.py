@@ -3,10 +3,11 @@
 import gguf
 import numpy as np
 import pytest
-from fakcore.formats import QTYPES, FormatError, Tensor, tensor
-from fakcore.formats.quants import UNSUPPORTED, layout, quantize
 from formats_helpers import F16_FIELDS, random_blocks
 from gguf import GGMLQuantizationType as GGMLType
+
+from fakcore.formats import QTYPES, FormatError, Tensor, tensor
+from fakcore.formats.quants import UNSUPPORTED, layout, quantize
 
 N_BLOCKS = 512
 GGUF_DECODED = ["F32", "F16", "BF16", *F16_FIELDS]  # every type gguf.quants.dequantize knows that we do

@@ -6,8 +6,9 @@ import gguf
 import numpy as np
 import pytest
 import safetensors.numpy
-from fakcore.formats import SafetensorsError, load_safetensors
 from formats_helpers import safetensors_file
+
+from fakcore.formats import SafetensorsError, load_safetensors
 
 
 def bf16_bytes(values: np.ndarray) -> bytes:

@@ -7,6 +7,7 @@ import time
 import gguf
 import numpy as np
 import pytest
+
 from fakcore.formats import GGUFFile
 from fakcore.models.sources import pulled_path
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from fakcore.policy import PolicyError, PolicyStore, RateLimiter, key_id, load, load_set, parse
 
 POLICIES = Path(__file__).parents[3] / "deploy" / "policies"

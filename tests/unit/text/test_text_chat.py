@@ -6,6 +6,7 @@ import json
 from datetime import datetime
 
 import pytest
+
 from fakcore.text.chat import ChatTemplate, ChatTemplateError, tool_prompt
 
 from .support import TEMPLATES

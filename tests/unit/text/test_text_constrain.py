@@ -9,6 +9,7 @@ import time
 import jsonschema
 import numpy as np
 import pytest
+
 from fakcore.text.constrain import Constraint, ConstraintError
 from fakcore.text.toolcalls import parse_tool_calls
 

@@ -7,6 +7,7 @@ import random
 import zlib
 
 import pytest
+
 from fakcore.text.chat import ChatTemplate
 from fakcore.text.toolcalls import ParsedCall, StreamEvent, ToolCallStreamer, detect_style, parse_tool_calls
 
