@@ -15,6 +15,7 @@ import numpy as np
 
 from fakcore.engine.backend import BackendError, Segment, rope_inv_freq
 from fakcore.engine.kvcache import KVCache
+from fakcore.engine.reference import ReferenceBackend
 from fakcore.formats.quants.unpack import INTEGER_TYPES, unpack
 from fakcore.models.config import ModelConfig, RopeScaling
 
@@ -163,4 +164,10 @@ class NumbaBackend:
     # -- caches ----------------------------------------------------------------------------------------
     def new_cache(self, config: ModelConfig) -> KVCache:
         return KVCache(config.n_layers, config.n_kv_heads, config.head_dim)
+
+    # The KV-MMU primitives move host cache memory (the same KVCache as the reference backend's), and
+    # kv_rerope goes through this backend's own `rope`, so they are the reference's code.
+    kv_drop = ReferenceBackend.kv_drop
+    kv_copy = ReferenceBackend.kv_copy
+    kv_rerope = ReferenceBackend.kv_rerope
 

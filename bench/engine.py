@@ -1,0 +1,174 @@
+"""fak's engine against llama.cpp and HF transformers, in a matched envelope.
+
+    python -m bench engine [--model smollm2-135m] [--threads 2] [--reps 3] [--skip-hf] [--skip-llama] [--write]
+
+Same GGUF, same thread count, same lengths: pp512 (prefill 512 tokens in one batch into an empty cache)
+and tg128 (128 single-token decode steps from an empty cache), tokens/s; then fak's aggregate decode
+throughput with 1, 4 and 16 concurrent streams through the continuous-batching scheduler. The ratio
+fak/llama.cpp is printed; --write puts the table into bench/RESULTS.md with machine, threads and commit.
+Prompt tokens are random ids (as llama-bench's are); the same for every system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench import llamacpp
+
+
+def fak_pp_tg(model, pp: int, tg: int, reps: int) -> dict[str, float]:
+    from fakcore.engine.backend import Segment
+
+    tf = model.transformer
+    rng = np.random.default_rng(0)
+    vocab = model.config.vocab_size
+    prompt = rng.integers(0, vocab, pp).astype(np.int64)
+    # warm-up: compile every kernel shape once
+    c = tf.new_cache()
+    tf.forward(prompt[:8], [Segment(c, slice(0, 8))], np.array([7]))
+    tf.forward(prompt[8:9], [Segment(c, slice(0, 1))], np.array([0]))
+    pp_times, tg_times = [], []
+    for _ in range(reps):
+        c = tf.new_cache()
+        c.reserve(pp)
+        t0 = time.perf_counter()
+        tf.forward(prompt, [Segment(c, slice(0, pp))], np.array([pp - 1]))
+        pp_times.append(time.perf_counter() - t0)
+        c = tf.new_cache()
+        c.reserve(tg)
+        token = np.array([int(prompt[0])])
+        t0 = time.perf_counter()
+        for _ in range(tg):
+            logits = tf.forward(token, [Segment(c, slice(0, 1))], np.array([0]))
+            token = np.array([int(np.argmax(logits[0]))])
+        tg_times.append(time.perf_counter() - t0)
+    return {f"pp{pp}": pp / float(np.mean(pp_times)), f"tg{tg}": tg / float(np.mean(tg_times))}
+
+
+def hf_pp_tg(gguf: Path, threads: int, pp: int, tg: int, reps: int) -> dict[str, float]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, torch_dtype=torch.float32)
+    model.eval()
+    rng = np.random.default_rng(0)
+    prompt = torch.tensor(rng.integers(0, model.config.vocab_size, (1, pp)))
+    pp_times, tg_times = [], []
+    with torch.inference_mode():
+        model(prompt[:, :8])
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            model(prompt, use_cache=True)
+            pp_times.append(time.perf_counter() - t0)
+            token = prompt[:, :1]
+            past = None
+            t0 = time.perf_counter()
+            for _ in range(tg):
+                out = model(token, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                token = out.logits[:, -1:].argmax(-1)
+            tg_times.append(time.perf_counter() - t0)
+    return {f"pp{pp}": pp / float(np.mean(pp_times)), f"tg{tg}": tg / float(np.mean(tg_times))}
+
+
+def fak_streams(model, streams: int, tokens: int = 32) -> float:
+    """Aggregate generated tokens/s with `streams` concurrent greedy generations through the scheduler."""
+    from fakcore.engine.scheduler import Scheduler
+    from fakcore.engine.sequence import Sequence
+    from fakcore.protocol import GenerateRequest, Sampling
+
+    sched = Scheduler(model, lambda *a: None, max_sessions=streams, max_queue=streams)
+    seqs = []
+    for i in range(streams):
+        req = GenerateRequest(request_id=f"s{i}", model=model.name, prompt=f"Stream {i}: once upon a time",
+                              sampling=Sampling(max_tokens=tokens, temperature=0.0))
+        ids = model.tokenizer.encode(req.prompt, add_bos=model.tokenizer.add_bos)
+        seqs.append(Sequence(request=req, prompt=ids, cache=model.transformer.new_cache(), model=model))
+    for s in seqs:
+        sched.submit(s)
+    # prefill everything first so that the timing measures decode steps only
+    while any(s.pending_prompt for s in seqs) or sched.waiting:
+        sched.step()
+    t0 = time.perf_counter()
+    produced0 = sum(len(s.generated) for s in seqs)
+    while sched.active:
+        sched.step()
+    dt = time.perf_counter() - t0
+    return (sum(len(s.generated) for s in seqs) - produced0) / dt
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}"
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench engine")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--pp", type=int, default=512)
+    ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--backend", default="numba")
+    ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--skip-llama", action="store_true")
+    ap.add_argument("--streams", default="1,4,16")
+    ap.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
+    args = ap.parse_args(argv)
+
+    from fakcore.engine.loader import load_model, make_backend
+    from fakcore.models.sources import resolve
+
+    gguf = Path(resolve(args.model))
+    backend = make_backend(args.backend, threads=args.threads) if args.backend == "numba" else make_backend(args.backend)
+    t0 = time.perf_counter()
+    model = load_model(args.model, backend)
+    load_s = time.perf_counter() - t0
+    pp, tg = f"pp{args.pp}", f"tg{args.tg}"
+    rows: list[tuple[str, dict[str, float]]] = []
+    if not args.skip_llama:
+        rows.append(("llama.cpp", llamacpp.run_llama_bench(gguf, args.threads, args.pp, args.tg, args.reps)))
+    rows.append((f"fak ({args.backend})", fak_pp_tg(model, args.pp, args.tg, args.reps)))
+    if not args.skip_hf:
+        rows.append(("HF transformers (f32)", hf_pp_tg(gguf, args.threads, args.pp, args.tg, args.reps)))
+    streams = {int(n): fak_streams(model, int(n)) for n in args.streams.split(",")}
+
+    fak = dict(rows)[f"fak ({args.backend})"]
+    ref = dict(rows).get("llama.cpp")
+    lines = [f"model {args.model} ({gguf.name}), threads {args.threads}, machine: {machine()}, commit {commit()}",
+             f"fak load time: {load_s:.2f} s", "",
+             f"| system | {pp} tok/s | {tg} tok/s | {pp} ratio fak/x | {tg} ratio fak/x |", "|---|---|---|---|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {r[pp]:.1f} | {r[tg]:.1f} | {fak[pp] / r[pp]:.2f} | {fak[tg] / r[tg]:.2f} |")
+    lines += ["", "| concurrent streams | aggregate decode tok/s | vs 1 stream |", "|---|---|---|"]
+    for n, v in streams.items():
+        lines.append(f"| {n} | {v:.1f} | {v / streams[min(streams)]:.2f}x |")
+    if ref:
+        lines += ["", f"fak/llama.cpp: {pp} {fak[pp] / ref[pp]:.2f}, {tg} {fak[tg] / ref[tg]:.2f}"]
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        path = Path(__file__).with_name("RESULTS.md")
+        path.write_text("# Engine benchmark results\n\nWritten by `python -m bench engine --write`.\n\n" + text + "\n")
+        print(f"wrote {path}")
+    return 0
