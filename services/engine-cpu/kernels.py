@@ -13,8 +13,16 @@ type's own formula) right before its dot products, then thrown away.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
+from llvmlite import binding as llvm
 from numba import njit, prange
+
+# LLVM prefers 256-bit vectors on AVX-512 parts (to spare clock throttling on older chips); the tiles
+# below run about twice as fast with full 512-bit vectors. Only when the user has not set
+# NUMBA_CPU_FEATURES, and before anything here is compiled (numba compiles on first call).
+if not numba.config.CPU_FEATURES and "+avx512f" in llvm.get_host_cpu_features().flatten():
+    numba.config.CPU_FEATURES = llvm.get_host_cpu_features().flatten() + ",-prefer-256-bit"
 
 ROWS_PER_TASK = 8  # output rows one thread dequantizes and reuses across every token of the call
 FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}  # no nnan/ninf: softmax starts from -inf
@@ -44,37 +52,87 @@ def _dequant_row(q: np.ndarray, scale: np.ndarray, offset: np.ndarray, r: int, o
             out[s, j] = np.float32(q[r, s, j]) * d + m
 
 
+@njit(fastmath=FAST, inline="always", cache=True)
+def _tile(w: np.ndarray, r0: int, xa: np.ndarray, xb: np.ndarray, out: np.ndarray, ta: int, tb: int, rows: int) -> None:
+    """4 weight rows (w[r0:r0+4], f32) against 2 tokens: 8 dot products sharing every load.
+
+    Every (row, token) result comes from this one loop whichever rows and tokens share the call, so it is
+    the same whatever the batch; that is what makes the kernels batch-invariant."""
+    w0 = w[r0]
+    w1 = w[r0 + 1]
+    w2 = w[r0 + 2]
+    w3 = w[r0 + 3]
+    a0 = np.float32(0.0)
+    a1 = np.float32(0.0)
+    a2 = np.float32(0.0)
+    a3 = np.float32(0.0)
+    b0 = np.float32(0.0)
+    b1 = np.float32(0.0)
+    b2 = np.float32(0.0)
+    b3 = np.float32(0.0)
+    for k in range(w0.shape[0]):
+        xk = xa[k]
+        yk = xb[k]
+        a0 += w0[k] * xk
+        a1 += w1[k] * xk
+        a2 += w2[k] * xk
+        a3 += w3[k] * xk
+        b0 += w0[k] * yk
+        b1 += w1[k] * yk
+        b2 += w2[k] * yk
+        b3 += w3[k] * yk
+    out[ta, rows] = a0
+    out[ta, rows + 1] = a1
+    out[ta, rows + 2] = a2
+    out[ta, rows + 3] = a3
+    out[tb, rows] = b0
+    out[tb, rows + 1] = b1
+    out[tb, rows + 2] = b2
+    out[tb, rows + 3] = b3
+
+
+@njit(fastmath=FAST, inline="always", cache=True)
+def _panel(w: np.ndarray, x: np.ndarray, r0: int, R: int, out: np.ndarray, tmp: np.ndarray) -> None:
+    """Rows r0…r0+7 of the output for every token, from the dequantized panel w (8, K). Tokens go in
+    pairs (the last one doubled when T is odd); rows past R are zero in w and not written."""
+    T = x.shape[0]
+    for t in range(0, T, 2):
+        t2 = t + 1 if t + 1 < T else t
+        _tile(w, 0, x[t], x[t2], tmp, 0, 1, 0)
+        _tile(w, 4, x[t], x[t2], tmp, 0, 1, 4)
+        for i in range(min(8, R - r0)):
+            out[t, r0 + i] = tmp[0, i]
+            out[t2, r0 + i] = tmp[1, i]
+
+
 @njit(parallel=True, fastmath=FAST, cache=True)
 def linear_q(q: np.ndarray, scale: np.ndarray, offset: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     """Quantized weights: q (R, S, B) int8, scale/offset (R, S) f32; x (T, K=S*B) f32 -> out (T, R)."""
     R, S, B = q.shape
-    T = x.shape[0]
     tasks = (R + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     for task in prange(tasks):
         r0 = task * ROWS_PER_TASK
-        r1 = min(R, r0 + ROWS_PER_TASK)
-        w = np.empty((ROWS_PER_TASK, S, B), np.float32)
-        for r in range(r0, r1):
+        w = np.zeros((ROWS_PER_TASK, S, B), np.float32)
+        tmp = np.empty((2, ROWS_PER_TASK), np.float32)
+        for r in range(r0, min(R, r0 + ROWS_PER_TASK)):
             _dequant_row(q, scale, offset, r, w[r - r0])
-        for t in range(T):
-            xt = x[t]
-            for r in range(r0, r1):
-                out[t, r] = _dot(w[r - r0].reshape(S * B), xt)
+        _panel(w.reshape(ROWS_PER_TASK, S * B), x, r0, R, out, tmp)
 
 
 @njit(parallel=True, fastmath=FAST, cache=True)
 def linear_f32(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     """Float weights w (R, K) f32; x (T, K) -> out (T, R)."""
-    R = w.shape[0]
-    T = x.shape[0]
+    R, K = w.shape
     tasks = (R + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     for task in prange(tasks):
         r0 = task * ROWS_PER_TASK
-        r1 = min(R, r0 + ROWS_PER_TASK)
-        for t in range(T):
-            xt = x[t]
-            for r in range(r0, r1):
-                out[t, r] = _dot(w[r], xt)
+        tmp = np.empty((2, ROWS_PER_TASK), np.float32)
+        if r0 + ROWS_PER_TASK <= R:
+            _panel(w[r0:r0 + ROWS_PER_TASK], x, r0, R, out, tmp)
+        else:  # the last, partial panel: zero-padded copy
+            pad = np.zeros((ROWS_PER_TASK, K), np.float32)
+            pad[: R - r0] = w[r0:R]
+            _panel(pad, x, r0, R, out, tmp)
 
 
 @njit(fastmath=FAST, cache=True)

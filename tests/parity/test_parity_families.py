@@ -56,3 +56,31 @@ def test_load_model_runs_a_safetensors_directory(tmp_path):
     tf = loaded.transformer
     got = tf.forward(tokens, [Segment(tf.new_cache(), slice(0, len(tokens)))])
     np.testing.assert_allclose(got, hf_logits(model, tokens), atol=TOLERANCE, rtol=0)
+
+
+def test_load_model_from_the_huggingface_cache(tmp_path, monkeypatch):
+    """hf://org/repo: a snapshot of links into blobs named by sha256, verified, then loaded."""
+    import hashlib
+    import os
+
+    model, path = export("gemma3", "safetensors", tmp_path / "export")
+    folder = tmp_path / "hub" / "models--fak--tiny-gemma3"
+    snapshot, blobs = folder / "snapshots" / "c0ffee", folder / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for f in path.iterdir():
+        blob = blobs / hashlib.sha256(f.read_bytes()).hexdigest()
+        f.rename(blob)
+        (snapshot / f.name).symlink_to(os.path.relpath(blob, snapshot))
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text("c0ffee")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    loaded = load_model("hf://fak/tiny-gemma3", ReferenceBackend())
+    assert (loaded.config.arch, loaded.source) == ("gemma3", str(snapshot))
+    tokens = tokens_for(3)
+    from fakcore.engine.backend import Segment
+
+    tf = loaded.transformer
+    got = tf.forward(tokens, [Segment(tf.new_cache(), slice(0, len(tokens)))])
+    np.testing.assert_allclose(got, hf_logits(model, tokens), atol=TOLERANCE, rtol=0)

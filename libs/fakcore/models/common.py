@@ -198,7 +198,7 @@ def rename_hf(tensors: Mapping[str, Tensor], layer_map: Mapping[str, str], n_lay
             if index.isdigit() and int(index) < n_layers and rest in layer_map:
                 canonical = f"blk.{index}.{layer_map[rest]}"
         if canonical is None:
-            raise WeightError(f"{source}: unexpected tensor {name!r}")
+            raise WeightError(f"{t.source or source}: unexpected tensor {name!r}")
         out[canonical] = t
     return out
 

@@ -126,7 +126,8 @@ def resolve(ref: str, configured_cache: str = "") -> Path | str:
 
 
 def resolve_hf(repo: str) -> Path:
-    """org/repo[@revision] -> its snapshot directory in the local HuggingFace cache (no network)."""
+    """org/repo[@revision] -> its snapshot directory in the local HuggingFace cache (no network), after
+    checking every file of the snapshot against its checksum (`verify_snapshot`)."""
     repo, _, revision = repo.partition("@")
     hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
     folder = hub / ("models--" + repo.replace("/", "--"))
@@ -138,4 +139,43 @@ def resolve_hf(repo: str) -> Path:
     snapshot = folder / "snapshots" / commit
     if not snapshot.is_dir():
         raise ModelSourceError(f"hf://{repo}: no snapshot {commit!r} in {folder / 'snapshots'}")
+    verify_snapshot(snapshot, f"hf://{repo}")
     return snapshot
+
+
+def git_blob_sha1(path: Path, chunk: int = 1 << 22) -> str:
+    """The id git gives a file's content: sha1 of "blob <size>\\0" + content."""
+    h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_snapshot(snapshot: Path, name: str) -> None:
+    """Check every file of a HuggingFace cache snapshot against the name of the blob it links to.
+
+    The hub cache keeps each file once under blobs/, named by a hash of its content: the sha256 for files
+    stored with git LFS (the weights), the git blob sha1 for files kept in git itself (config.json,
+    tokenizer.json…); snapshots/<commit>/ holds symlinks into blobs/. A file whose content does not hash to
+    its blob's name was truncated, damaged or edited, and is refused. A file that is not such a link cannot
+    be checked, and is refused too.
+    """
+    for path in sorted(snapshot.rglob("*")):
+        if path.is_dir():
+            continue
+        where = f"{name}: {path.relative_to(snapshot)}"
+        if not path.is_symlink():
+            raise ModelSourceError(f"{where} is not a link into the cache's blobs/ ({path}); its checksum cannot be verified")
+        blob = path.resolve()
+        if not blob.is_file():
+            raise ModelSourceError(f"{where} links to {blob}, which is missing")
+        expected = blob.name.lower()
+        if len(expected) == 64 and all(c in "0123456789abcdef" for c in expected):
+            kind, actual = "sha256", sha256_file(blob)
+        elif len(expected) == 40 and all(c in "0123456789abcdef" for c in expected):
+            kind, actual = "git blob sha1", git_blob_sha1(blob)
+        else:
+            raise ModelSourceError(f"{where} links to {blob}, whose name is not a sha256 or git sha1; cannot verify it")
+        if actual != expected:
+            raise ModelSourceError(f"{where} is corrupt: its {kind} is {actual}, the cache says {expected} ({blob})")
