@@ -36,6 +36,30 @@ class QMatrix:
         return self.q.shape[0], self.q.shape[1] * self.q.shape[2]
 
 
+class NumbaKVCache(KVCache):
+    """KVCache plus a transposed copy of the keys, (L, Hkv, D, S): the layout the attention kernel reads.
+    Kept in step on every write and by every KV-MMU primitive; `k` stays the cache's truth (digests)."""
+
+    def _alloc(self, capacity: int) -> None:
+        old_kt = getattr(self, "kt", None)
+        super()._alloc(capacity)
+        n_layers, n_kv, hd = self.shape
+        self.kt = np.zeros((n_layers, n_kv, hd, capacity), self.dtype)
+        if old_kt is not None:
+            n = min(self.length, old_kt.shape[-1])
+            self.kt[..., :n] = old_kt[..., :n]
+
+    def write(self, layer: int, start: int, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        super().write(layer, start, k_pre, k, v)
+        self.kt[layer, :, :, start:start + k.shape[0]] = k.transpose(1, 2, 0)
+
+    def sync_keys(self, a: int, b: int) -> None:
+        if b > a:
+            from fak_engine_cpu import kernels
+
+            kernels.transpose_keys(self.k, self.kt, a, b)
+
+
 class RopeTable:
     def __init__(self, head_dim: int, theta: float, scaling: RopeScaling):
         self.inv_freq = rope_inv_freq(head_dim, theta, scaling)
@@ -139,7 +163,7 @@ class NumbaBackend:
             n = seg.rows.stop - seg.rows.start
             cache.write(layer, start, k_pre[seg.rows], k[seg.rows], v[seg.rows])
             part = np.empty((n, q.shape[1], q.shape[2]), np.float32)
-            self.k.attention(np.ascontiguousarray(q[seg.rows]), cache.k[layer], cache.v[layer], start, int(window),
+            self.k.attention(np.ascontiguousarray(q[seg.rows]), cache.kt[layer], cache.v[layer], start, int(window),
                              np.float32(scale), np.float32(softcap), part)
             out[seg.rows] = part
         return out
@@ -162,12 +186,20 @@ class NumbaBackend:
         return x
 
     # -- caches ----------------------------------------------------------------------------------------
-    def new_cache(self, config: ModelConfig) -> KVCache:
-        return KVCache(config.n_layers, config.n_kv_heads, config.head_dim)
+    def new_cache(self, config: ModelConfig) -> NumbaKVCache:
+        return NumbaKVCache(config.n_layers, config.n_kv_heads, config.head_dim)
 
-    # The KV-MMU primitives move host cache memory (the same KVCache as the reference backend's), and
-    # kv_rerope goes through this backend's own `rope`, so they are the reference's code.
-    kv_drop = ReferenceBackend.kv_drop
-    kv_copy = ReferenceBackend.kv_copy
-    kv_rerope = ReferenceBackend.kv_rerope
+    # The KV-MMU primitives move host cache memory (the reference backend's code; kv_rerope goes through
+    # this backend's own `rope`), then bring the transposed keys in step.
+    def kv_drop(self, cache: NumbaKVCache, start: int, end: int) -> None:
+        ReferenceBackend.kv_drop(self, cache, start, end)
+        cache.sync_keys(start, cache.length - (end - start))
+
+    def kv_copy(self, src: NumbaKVCache, dst: NumbaKVCache, n: int) -> None:
+        ReferenceBackend.kv_copy(self, src, dst, n)
+        dst.sync_keys(0, n)
+
+    def kv_rerope(self, cache: NumbaKVCache, start: int, stop: int, tables: list) -> None:
+        ReferenceBackend.kv_rerope(self, cache, start, stop, tables)
+        cache.sync_keys(start, stop)
 

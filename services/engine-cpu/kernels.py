@@ -204,14 +204,16 @@ def gated_gelu_tanh(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
 
 
 @njit(parallel=True, fastmath=FAST, cache=True)
-def attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, window: int, scale: np.float32,
+def attention(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, start: int, window: int, scale: np.float32,
               softcap: np.float32, out: np.ndarray) -> None:
-    """q (n, H, D) for positions start..start+n-1; keys/values (Hkv, S, D) with S >= start+n -> out (n, H, D).
+    """q (n, H, D) for positions start..start+n-1; keys_t (Hkv, D, S) (keys transposed: one row per feature)
+    and values (Hkv, S, D) with S >= start+n -> out (n, H, D).
 
-    Each (query, head) pair: scores over its visible keys in position order, max-subtracted softmax, the
-    weighted sum of values - the same loops whatever n is."""
+    Each (query, head) pair: scores over its visible keys (accumulated feature by feature, each key in its
+    own lane: no cross-key reduction), a max-subtracted softmax, then the weighted sum of value rows in
+    position order. Nothing depends on n or on where the query sits in the call."""
     n, H, D = q.shape
-    group = H // keys.shape[0]
+    group = H // keys_t.shape[0]
     for job in prange(n * H):
         i = job // H
         h = job - i * H
@@ -221,26 +223,42 @@ def attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, w
         if window > 0 and pos - window + 1 > 0:
             lo = pos - window + 1
         count = pos + 1 - lo
-        scores = np.empty(count, np.float32)
-        qv = q[i, h]
+        scores = np.zeros(count, np.float32)
+        for d in range(D):
+            qd = q[i, h, d]
+            krow = keys_t[kvh, d, lo:pos + 1]
+            for j in range(count):
+                scores[j] += qd * krow[j]
         best = np.float32(-np.inf)
         for j in range(count):
-            s = _dot(keys[kvh, lo + j], qv) * scale
+            s = scores[j] * scale
             if softcap > np.float32(0.0):
                 s = np.tanh(s / softcap) * softcap
             scores[j] = s
-            if s > best:
-                best = s
+            best = max(best, s)
         total = np.float32(0.0)
         for j in range(count):
             e = np.exp(scores[j] - best)
             scores[j] = e
             total += e
         inv = np.float32(1.0) / total
+        o = out[i, h]
         for d in range(D):
-            out[i, h, d] = np.float32(0.0)
+            o[d] = np.float32(0.0)
         for j in range(count):
             p = scores[j] * inv
             vrow = values[kvh, lo + j]
             for d in range(D):
-                out[i, h, d] += p * vrow[d]
+                o[d] += p * vrow[d]
+
+
+@njit(parallel=True, cache=True)
+def transpose_keys(k: np.ndarray, kt: np.ndarray, a: int, b: int) -> None:
+    """kt[l, h, :, a:b] = k[l, h, a:b, :].T for every layer and head (the attention kernel's key layout)."""
+    L, Hkv, _, D = k.shape
+    for lh in prange(L * Hkv):
+        l = lh // Hkv
+        h = lh - l * Hkv
+        for p in range(a, b):
+            for d in range(D):
+                kt[l, h, d, p] = k[l, h, p, d]
