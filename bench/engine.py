@@ -105,6 +105,27 @@ def fak_streams(model, streams: int, tokens: int = 32) -> float:
     return (sum(len(s.generated) for s in seqs) - produced0) / dt
 
 
+def start_times(model: str, backend: str, threads: int) -> tuple[float, float]:
+    """Seconds for a fresh process to load the model and run its first forward pass: with an empty numba
+    cache (cold: every kernel compiles), then again with that cache (warm)."""
+    import sys
+    import tempfile
+
+    code = ("import time,numpy as np;t=time.perf_counter();"
+            "from fakcore.engine.loader import load_model,make_backend;from fakcore.engine.backend import Segment;"
+            f"m=load_model({model!r},make_backend({backend!r},threads={threads}) if {backend!r}=='numba' else make_backend({backend!r}));"
+            "c=m.transformer.new_cache();m.transformer.forward(np.arange(8),[Segment(c,slice(0,8))],np.array([7]));"
+            "m.transformer.forward(np.arange(1),[Segment(c,slice(0,1))],np.array([0]));print(time.perf_counter()-t)")
+    with tempfile.TemporaryDirectory(prefix="fak-numba-cache-") as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+            times.append(time.perf_counter() - t0)
+    return times[0], times[1]
+
+
 def machine() -> str:
     cpu = "unknown CPU"
     try:
@@ -152,11 +173,13 @@ def main(argv: list[str]) -> int:
     if not args.skip_hf:
         rows.append(("HF transformers (f32)", hf_pp_tg(gguf, args.threads, args.pp, args.tg, args.reps)))
     streams = {int(n): fak_streams(model, int(n)) for n in args.streams.split(",")}
+    cold, warm = start_times(args.model, args.backend, args.threads)
 
     fak = dict(rows)[f"fak ({args.backend})"]
     ref = dict(rows).get("llama.cpp")
     lines = [f"model {args.model} ({gguf.name}), threads {args.threads}, machine: {machine()}, commit {commit()}",
-             f"fak load time: {load_s:.2f} s", "",
+             f"fak load time: {load_s:.2f} s; process start to first token: cold (empty numba cache) {cold:.1f} s, "
+             f"warm {warm:.1f} s", "",
              f"| system | {pp} tok/s | {tg} tok/s | {pp} ratio fak/x | {tg} ratio fak/x |", "|---|---|---|---|---|"]
     for name, r in rows:
         lines.append(f"| {name} | {r[pp]:.1f} | {r[tg]:.1f} | {fak[pp] / r[pp]:.2f} | {fak[tg] / r[tg]:.2f} |")

@@ -22,18 +22,33 @@ from fakcore.models.config import ModelConfig, RopeScaling
 FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
+NIBBLE_TYPES = ("Q4_0", "Q4_1", "Q4_K")  # 4-bit values: kept two to a byte
+
+
 @dataclass
 class QMatrix:
-    """A (rows, cols) weight kept as int8 values with a scale and offset per sub-block."""
+    """A (rows, cols) weight kept as small integers with a float32 scale and offset per sub-block:
+    w = scale * q + offset. 4-bit types keep two values per byte (q uint8, (rows, subs, 16): byte j holds
+    elements j and j + 16 of its 32-element sub-block); the others one int8 per value."""
 
-    q: np.ndarray  # (rows, subs, sub) int8
+    q: np.ndarray  # (rows, subs, sub) int8, or (rows, subs, 16) uint8 nibbles
     scale: np.ndarray  # (rows, subs) float32
     offset: np.ndarray  # (rows, subs) float32
     qtype: str
 
     @property
+    def nibbles(self) -> bool:
+        return self.q.dtype == np.uint8
+
+    @property
     def shape(self) -> tuple[int, int]:
-        return self.q.shape[0], self.q.shape[1] * self.q.shape[2]
+        return self.q.shape[0], self.q.shape[1] * (32 if self.nibbles else self.q.shape[2])
+
+
+def pack_nibbles(q: np.ndarray) -> np.ndarray:
+    """(rows, subs, 32) values 0..15 -> (rows, subs, 16) bytes: low nibble element j, high element j + 16."""
+    v = q.astype(np.uint8)
+    return np.ascontiguousarray(v[..., :16] | (v[..., 16:] << np.uint8(4)))
 
 
 class NumbaKVCache(KVCache):
@@ -103,8 +118,15 @@ class NumbaBackend:
             u = unpack(t.qtype, t.as_blocks().reshape(-1, t.type_size))
             n_blocks = u.q.shape[0] // rows
             subs, sub = u.q.shape[1] * n_blocks, u.q.shape[2]
-            w = QMatrix(np.ascontiguousarray(u.q.reshape(rows, subs, sub)), np.ascontiguousarray(u.scale.reshape(rows, subs)),
-                        np.ascontiguousarray(u.offset.reshape(rows, subs)), t.qtype)
+            q = u.q.reshape(rows, subs, sub)
+            scale = u.scale.reshape(rows, subs)
+            offset = u.offset.reshape(rows, subs)
+            if t.qtype in NIBBLE_TYPES:
+                if t.qtype == "Q4_0":  # values -8..7: store q + 8, fold the -8 into the offset (exact: -8d)
+                    q = q + np.int8(8)
+                    offset = offset - np.float32(8.0) * scale
+                q = pack_nibbles(q)
+            w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale), np.ascontiguousarray(offset), t.qtype)
         else:
             raise BackendError(f"{t.source}: tensor {t.name!r}: the numba backend has no kernel for {t.qtype}")
         self._resident[key] = w
@@ -121,7 +143,7 @@ class NumbaBackend:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if isinstance(table, QMatrix):
             out = np.empty((len(ids), table.shape[1]), np.float32)
-            self.k.embed_q(table.q, table.scale, table.offset, ids, np.float32(scale), out)
+            (self.k.embed_q4 if table.nibbles else self.k.embed_q)(table.q, table.scale, table.offset, ids, np.float32(scale), out)
             return out
         x = table[ids]
         return x * np.float32(scale) if scale != 1.0 else x.copy()
@@ -130,7 +152,7 @@ class NumbaBackend:
         x = np.ascontiguousarray(x, dtype=np.float32)
         if isinstance(w, QMatrix):
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
-            self.k.linear_q(w.q, w.scale, w.offset, x, out)
+            (self.k.linear_q4 if w.nibbles else self.k.linear_q)(w.q, w.scale, w.offset, x, out)
         else:
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
             self.k.linear_f32(w, x, out)

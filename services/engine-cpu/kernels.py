@@ -53,6 +53,22 @@ def _dequant_row(q: np.ndarray, scale: np.ndarray, offset: np.ndarray, r: int, o
 
 
 @njit(fastmath=FAST, inline="always", cache=True)
+def _dequant_row4(q: np.ndarray, scale: np.ndarray, offset: np.ndarray, r: int, out: np.ndarray) -> None:
+    """Row r of a nibble-packed matrix into out (subs, 32): byte j of a sub-block holds element j (low
+    nibble) and element j + 16 (high nibble), both 0..15."""
+    subs = q.shape[1]
+    for s in range(subs):
+        d = scale[r, s]
+        m = offset[r, s]
+        qs = q[r, s]
+        row = out[s]
+        for j in range(16):
+            b = qs[j]
+            row[j] = np.float32(np.uint8(b & np.uint8(15))) * d + m
+            row[j + 16] = np.float32(np.uint8(b >> np.uint8(4))) * d + m
+
+
+@njit(fastmath=FAST, inline="always", cache=True)
 def _tile(w: np.ndarray, r0: int, xa: np.ndarray, xb: np.ndarray, out: np.ndarray, ta: int, tb: int, rows: int) -> None:
     """4 weight rows (w[r0:r0+4], f32) against 2 tokens: 8 dot products sharing every load.
 
@@ -92,17 +108,61 @@ def _tile(w: np.ndarray, r0: int, xa: np.ndarray, xb: np.ndarray, out: np.ndarra
 
 
 @njit(fastmath=FAST, inline="always", cache=True)
+def _tile8(w: np.ndarray, xa: np.ndarray, out: np.ndarray) -> None:
+    """8 weight rows against 1 token: the same 8-reduction loop shape as _tile (so LLVM splits each
+    reduction the same way and a lone token gets the very bits it would get paired), half the work."""
+    w0 = w[0]
+    w1 = w[1]
+    w2 = w[2]
+    w3 = w[3]
+    w4 = w[4]
+    w5 = w[5]
+    w6 = w[6]
+    w7 = w[7]
+    a0 = np.float32(0.0)
+    a1 = np.float32(0.0)
+    a2 = np.float32(0.0)
+    a3 = np.float32(0.0)
+    a4 = np.float32(0.0)
+    a5 = np.float32(0.0)
+    a6 = np.float32(0.0)
+    a7 = np.float32(0.0)
+    for k in range(w0.shape[0]):
+        xk = xa[k]
+        a0 += w0[k] * xk
+        a1 += w1[k] * xk
+        a2 += w2[k] * xk
+        a3 += w3[k] * xk
+        a4 += w4[k] * xk
+        a5 += w5[k] * xk
+        a6 += w6[k] * xk
+        a7 += w7[k] * xk
+    out[0, 0] = a0
+    out[0, 1] = a1
+    out[0, 2] = a2
+    out[0, 3] = a3
+    out[0, 4] = a4
+    out[0, 5] = a5
+    out[0, 6] = a6
+    out[0, 7] = a7
+
+
+@njit(fastmath=FAST, inline="always", cache=True)
 def _panel(w: np.ndarray, x: np.ndarray, r0: int, R: int, out: np.ndarray, tmp: np.ndarray) -> None:
     """Rows r0…r0+7 of the output for every token, from the dequantized panel w (8, K). Tokens go in
-    pairs (the last one doubled when T is odd); rows past R are zero in w and not written."""
+    pairs, a last odd token alone; rows past R are zero in w and not written."""
     T = x.shape[0]
-    for t in range(0, T, 2):
-        t2 = t + 1 if t + 1 < T else t
-        _tile(w, 0, x[t], x[t2], tmp, 0, 1, 0)
-        _tile(w, 4, x[t], x[t2], tmp, 0, 1, 4)
-        for i in range(min(8, R - r0)):
+    n = min(8, R - r0)
+    for t in range(0, T - 1, 2):
+        _tile(w, 0, x[t], x[t + 1], tmp, 0, 1, 0)
+        _tile(w, 4, x[t], x[t + 1], tmp, 0, 1, 4)
+        for i in range(n):
             out[t, r0 + i] = tmp[0, i]
-            out[t2, r0 + i] = tmp[1, i]
+            out[t + 1, r0 + i] = tmp[1, i]
+    if T % 2:
+        _tile8(w, x[T - 1], tmp)
+        for i in range(n):
+            out[T - 1, r0 + i] = tmp[0, i]
 
 
 @njit(parallel=True, fastmath=FAST, cache=True)
@@ -120,6 +180,20 @@ def linear_q(q: np.ndarray, scale: np.ndarray, offset: np.ndarray, x: np.ndarray
 
 
 @njit(parallel=True, fastmath=FAST, cache=True)
+def linear_q4(q: np.ndarray, scale: np.ndarray, offset: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """Nibble-packed weights: q (R, S, 16) uint8, scale/offset (R, S) f32; x (T, K=S*32) f32 -> out (T, R)."""
+    R, S, _ = q.shape
+    tasks = (R + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    for task in prange(tasks):
+        r0 = task * ROWS_PER_TASK
+        w = np.zeros((ROWS_PER_TASK, S, 32), np.float32)
+        tmp = np.empty((2, ROWS_PER_TASK), np.float32)
+        for r in range(r0, min(R, r0 + ROWS_PER_TASK)):
+            _dequant_row4(q, scale, offset, r, w[r - r0])
+        _panel(w.reshape(ROWS_PER_TASK, S * 32), x, r0, R, out, tmp)
+
+
+@njit(parallel=True, fastmath=FAST, cache=True)
 def linear_f32(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     """Float weights w (R, K) f32; x (T, K) -> out (T, R)."""
     R, K = w.shape
@@ -133,6 +207,16 @@ def linear_f32(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
             pad = np.zeros((ROWS_PER_TASK, K), np.float32)
             pad[: R - r0] = w[r0:R]
             _panel(pad, x, r0, R, out, tmp)
+
+
+@njit(fastmath=FAST, cache=True)
+def embed_q4(q: np.ndarray, scale: np.ndarray, offset: np.ndarray, ids: np.ndarray, mult: np.float32, out: np.ndarray) -> None:
+    S = q.shape[1]
+    for t in range(ids.shape[0]):
+        _dequant_row4(q, scale, offset, ids[t], out[t].reshape(S, 32))
+        if mult != np.float32(1.0):
+            for k in range(S * 32):
+                out[t, k] *= mult
 
 
 @njit(fastmath=FAST, cache=True)

@@ -47,16 +47,33 @@ def test_linear_matches_reference_and_is_batch_invariant(nb, qtype):
 
 
 def test_quantized_matrix_is_resident_in_integer_form(nb):
-    t = quantized("Q4_K", 16, 256)
+    t = quantized("Q6_K", 16, 256)
     w = nb.matrix(t)
-    assert w.q.dtype == np.int8 and w.q.shape == (16, 8, 32)
+    assert w.q.dtype == np.int8 and w.q.shape == (16, 16, 16)
     assert nb.matrix(t) is w  # tied use (embedding and LM head) shares one copy
+    w4 = nb.matrix(quantized("Q4_K", 16, 256))
+    assert w4.nibbles and w4.q.shape == (16, 8, 16) and w4.shape == (16, 256)  # two values a byte
 
 
-def test_embedding_rows_equal_dequantized_rows(nb):
-    t = quantized("Q8_0", 50, 64)
+@pytest.mark.parametrize("cols", [64, 96, 160, 576, 1536])
+@pytest.mark.parametrize("qtype", ["F32", "Q4_1", "Q8_0"])
+def test_lone_token_gets_the_bits_of_a_batched_one(nb, qtype, cols):
+    """A decode step (one token) must reproduce prefill's bits exactly, at every width the models use."""
+    rows = 24
+    values = np.random.default_rng(cols).standard_normal((rows, cols)).astype(np.float32)
+    t = Tensor.from_array("w", values) if qtype == "F32" else quantized(qtype, rows, cols, seed=cols)
+    w = nb.matrix(t)
+    x = np.random.default_rng(5).standard_normal((7, cols)).astype(np.float32)
+    batched = nb.linear(x, w)
+    for i in range(7):
+        assert np.array_equal(nb.linear(x[i:i + 1], w)[0], batched[i])
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_1", "Q4_0"])
+def test_embedding_rows_equal_dequantized_rows(nb, qtype):
+    t = quantized(qtype, 50, 64)
     ids = np.array([3, 0, 49, 3])
-    np.testing.assert_array_equal(nb.embed(nb.embedding(t), ids, 1.0), t.dequantize()[ids])
+    np.testing.assert_allclose(nb.embed(nb.embedding(t), ids, 1.0), t.dequantize()[ids], rtol=1e-6, atol=1e-6)
 
 
 def test_elementwise_ops_match_reference(nb):
