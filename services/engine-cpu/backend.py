@@ -111,6 +111,9 @@ class NumbaBackend:
         key = (t.source, t.name, t.qtype, tuple(t.shape), t.raw.ctypes.data)
         if key in self._resident:  # a tied embedding is the LM head: one resident copy
             return self._resident[key]
+        return self._repack(t)
+
+    def _repack(self, t) -> QMatrix | np.ndarray:
         rows = t.shape[0]
         if t.qtype in FLOAT_TYPES:
             w: Any = np.ascontiguousarray(t.dequantize().reshape(rows, -1), dtype=np.float32)
@@ -129,14 +132,29 @@ class NumbaBackend:
             w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale), np.ascontiguousarray(offset), t.qtype)
         else:
             raise BackendError(f"{t.source}: tensor {t.name!r}: the numba backend has no kernel for {t.qtype}")
-        self._resident[key] = w
         return w
 
     def vector(self, t, offset: float = 0.0) -> np.ndarray:
         return np.ascontiguousarray(t.dequantize().reshape(-1) + np.float32(offset), dtype=np.float32)
 
     def embedding(self, t) -> QMatrix | np.ndarray:
-        return self.matrix(t)
+        w = self.matrix(t)
+        self._resident[(t.source, t.name, t.qtype, tuple(t.shape), t.raw.ctypes.data)] = w
+        return w
+
+    def fuse(self, weights: list) -> QMatrix | np.ndarray | None:
+        """Rows of `weights` stacked into one matrix, so one kernel call (one pass over the input) serves
+        all of them; None when their layouts differ. Each output row is computed exactly as before."""
+        if all(isinstance(w, np.ndarray) for w in weights):
+            return np.ascontiguousarray(np.concatenate(weights, axis=0))
+        if all(isinstance(w, QMatrix) for w in weights):
+            first = weights[0]
+            if all(w.q.dtype == first.q.dtype and w.q.shape[1:] == first.q.shape[1:] for w in weights):
+                return QMatrix(np.ascontiguousarray(np.concatenate([w.q for w in weights])),
+                               np.ascontiguousarray(np.concatenate([w.scale for w in weights])),
+                               np.ascontiguousarray(np.concatenate([w.offset for w in weights])),
+                               "+".join(sorted({w.qtype for w in weights})))
+        return None
 
     # -- ops -------------------------------------------------------------------------------------------
     def embed(self, table, ids: np.ndarray, scale: float) -> np.ndarray:

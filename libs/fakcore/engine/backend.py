@@ -51,6 +51,8 @@ class Backend(Protocol):
     def matrix(self, t: Tensor) -> Weight: ...  # a (out, in) projection, kept in its resident form
     def vector(self, t: Tensor, offset: float = 0.0) -> Weight: ...  # norm gains (+offset), biases
     def embedding(self, t: Tensor) -> Weight: ...  # (vocab, dim) lookup table
+    # Optional: fuse(weights) -> one weight whose rows are the given matrices' rows stacked (same input
+    # width), or None when they cannot be stacked (different quant layouts). Used for q/k/v and gate/up.
 
     # -- ops -------------------------------------------------------------------------------------------
     def embed(self, table: Weight, ids: np.ndarray, scale: float) -> Act: ...  # (T, dim)

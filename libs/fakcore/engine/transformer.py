@@ -41,6 +41,10 @@ class LayerWeights:
     k_norm: Any = None  # (head_dim,)           qk_norm
     post_attn_norm: Any = None  # (dim,)        sandwich_norm
     post_ffn_norm: Any = None  # (dim,)         sandwich_norm
+    # A backend that can (Backend.fuse) runs q/k/v and gate/up as one matmul each: rows stacked.
+    wqkv: Any = None  # ((n_heads + 2*n_kv_heads)*head_dim, dim), replaces wq, wk, wv
+    bqkv: Any = None
+    w_gate_up: Any = None  # (2*ffn_dim, dim), replaces w_gate, w_up
 
 
 @dataclass
@@ -113,6 +117,17 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
             q_norm=opt(p + "attn_q_norm.weight", "n"), k_norm=opt(p + "attn_k_norm.weight", "n"),
             post_attn_norm=opt(p + "post_attention_norm.weight", "n"), post_ffn_norm=opt(p + "post_ffw_norm.weight", "n"),
         ))
+    fuse = getattr(backend, "fuse", None)
+    if fuse is not None:
+        for L in layers:
+            L.wqkv = fuse([L.wq, L.wk, L.wv])
+            if L.wqkv is not None:
+                L.wq = L.wk = L.wv = None
+                if L.bq is not None:
+                    L.bqkv = np.concatenate([L.bq, L.bk, L.bv])
+            L.w_gate_up = fuse([L.w_gate, L.w_up])
+            if L.w_gate_up is not None:
+                L.w_gate = L.w_up = None
     tok_embd = backend.embedding(tensors["token_embd.weight"])
     output = backend.matrix(tensors["token_embd.weight"] if cfg.tie_embeddings else tensors["output.weight"])
     return Weights(tok_embd=tok_embd, output_norm=backend.vector(tensors["output_norm.weight"], off), output=output, layers=layers)
@@ -156,9 +171,15 @@ class Transformer:
         for i, L in enumerate(w.layers):
             # -- attention: x = x + attn(norm(x))
             h = be.rmsnorm(x, L.attn_norm, cfg.norm_eps)
-            q = be.linear(h, L.wq, L.bq).reshape(T, cfg.n_heads, cfg.head_dim)  # (T, H, D)
-            k = be.linear(h, L.wk, L.bk).reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
-            v = be.linear(h, L.wv, L.bv).reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
+            if L.wqkv is not None:
+                qkv = be.linear(h, L.wqkv, L.bqkv)  # (T, (H + 2*Hkv) * D)
+                qd, kd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+                q, k, v = qkv[:, :qd], qkv[:, qd:qd + kd], qkv[:, qd + kd:]
+            else:
+                q, k, v = be.linear(h, L.wq, L.bq), be.linear(h, L.wk, L.bk), be.linear(h, L.wv, L.bv)
+            q = q.reshape(T, cfg.n_heads, cfg.head_dim)  # (T, H, D)
+            k = k.reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
+            v = v.reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
             if cfg.qk_norm:
                 q = be.rmsnorm(q, L.q_norm, cfg.norm_eps)
                 k = be.rmsnorm(k, L.k_norm, cfg.norm_eps)
@@ -172,7 +193,12 @@ class Transformer:
             x = be.add(x, o)
             # -- MLP: x = x + down(act(gate(norm(x))) * up(norm(x)))
             h = be.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
-            m = be.linear(be.gated(be.linear(h, L.w_gate), be.linear(h, L.w_up), cfg.act), L.w_down)
+            if L.w_gate_up is not None:
+                gu = be.linear(h, L.w_gate_up)  # (T, 2 * ffn_dim)
+                gate, up = gu[:, :cfg.ffn_dim], gu[:, cfg.ffn_dim:]
+            else:
+                gate, up = be.linear(h, L.w_gate), be.linear(h, L.w_up)
+            m = be.linear(be.gated(gate, up, cfg.act), L.w_down)
             if cfg.sandwich_norm:
                 m = be.rmsnorm(m, L.post_ffn_norm, cfg.norm_eps)
             x = be.add(x, m)

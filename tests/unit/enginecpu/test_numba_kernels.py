@@ -48,9 +48,9 @@ def test_linear_matches_reference_and_is_batch_invariant(nb, qtype):
 
 def test_quantized_matrix_is_resident_in_integer_form(nb):
     t = quantized("Q6_K", 16, 256)
-    w = nb.matrix(t)
+    w = nb.embedding(t)
     assert w.q.dtype == np.int8 and w.q.shape == (16, 16, 16)
-    assert nb.matrix(t) is w  # tied use (embedding and LM head) shares one copy
+    assert nb.matrix(t) is w  # a tied LM head is the embedding table: one resident copy
     w4 = nb.matrix(quantized("Q4_K", 16, 256))
     assert w4.nibbles and w4.q.shape == (16, 8, 16) and w4.shape == (16, 256)  # two values a byte
 
