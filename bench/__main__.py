@@ -1,11 +1,11 @@
-"""Run a benchmark: `python -m bench gateway` (more arrive with their issues)."""
+"""Run a benchmark: `python -m bench gateway`, `python -m bench screening` (more arrive with their issues)."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-BENCHES = {"gateway": "bench.gateway"}
+BENCHES = {"gateway": "bench.gateway", "screening": "bench.screening", "agentdojo": "bench.agentdojo_eval", "kv": "bench.kv"}
 
 
 def main(argv: list[str]) -> int:

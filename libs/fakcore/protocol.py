@@ -118,6 +118,7 @@ class Accepted(Message, kw_only=True):
     receipt: Receipt
     queued: int = 0  # requests ahead of this one
     prompt_tokens: int = 0
+    held: bool = False  # the request asked for `hold` and this worker will sample nothing before its Release
 
 
 class TokenChunk(Message, kw_only=True):
@@ -237,6 +238,7 @@ class ResultVerdict(Message, kw_only=True):
     detector: str = ""
     score: float = 0.0
     reason: str = ""
+    stage: str = ""  # which screening stage decided: inline | model (async: a later QuarantineVerdict may follow)
 
 
 AdjudicatorReply = CallVerdict | ResultVerdict | GenerateError
@@ -251,6 +253,31 @@ class QuarantineVerdict(Message, kw_only=True):
     reason: str = ""
     session: str = ""
     request_id: str = ""
+    ts: float = 0.0
+    stage: str = ""  # inline | model ("model" after an async second opinion: a late quarantine)
+
+
+class AuditRecord(Message, kw_only=True):
+    """One verdict, for the audit log (JetStream subjects.AUDIT, read back by the gateway's /v1/fak/audit).
+
+    Call verdicts and screening verdicts are recorded by the adjudicator; verdicts the gateway answers from
+    its cache (a block seen before) by the gateway, with stage "cache"."""
+
+    kind: str  # call | result
+    outcome: str  # allow | deny | clean | quarantine
+    request_id: str = ""
+    session: str = ""
+    key_id: str = ""
+    tool: str = ""
+    block: str = ""  # result: the tool result's block id
+    arguments: str = ""  # call: the arguments as the model wrote them (truncated)
+    rule: str = ""  # call: the policy rule that decided
+    detector: str = ""  # result: the detector that decided
+    score: float = 0.0
+    reason: str = ""
+    stage: str = ""  # policy | inline | model | cache
+    latency_ms: float = 0.0
+    source: str = ""  # the instance that decided
     ts: float = 0.0
 
 
@@ -387,6 +414,8 @@ class subjects:
     RELEASE = "fak.v1.engine.release"
     KV_SYNC = "fak.v1.kv.sync"
     VERDICT_STREAM = "FAK_VERDICTS"  # JetStream stream holding fak.v1.verdict.>
+    AUDIT = "fak.v1.audit.verdict"  # AuditRecord, on the AUDIT_STREAM
+    AUDIT_STREAM = "FAK_AUDIT"  # JetStream stream holding fak.v1.audit.>
 
     @staticmethod
     def generate(model: str) -> str:
@@ -444,3 +473,4 @@ class Decoders:
     kv_evict_reply = msgspec.msgpack.Decoder(KvEvictReply | GenerateError)
     kv_evicted = msgspec.msgpack.Decoder(KvEvicted)
     kv_sync = msgspec.msgpack.Decoder(KvSync)
+    audit = msgspec.msgpack.Decoder(AuditRecord)

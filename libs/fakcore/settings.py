@@ -39,6 +39,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ack_timeout_s: Annotated[float, _doc("How long the gateway waits for an engine worker to accept a request before failing it (503).")] = 5.0
     idle_timeout_s: Annotated[float, _doc("Longest silence between two streamed engine messages before the request fails (504).")] = 120.0
     worker_stale_s: Annotated[float, _doc("A worker not heard from for this long is treated as gone.")] = 10.0
+    adjudicate: Annotated[bool, _doc("Gateway: screen tool results and adjudicate tool calls (the quarantine fan-out). Off: requests pass unscreened (benchmarks only).")] = True
+    adjudicate_timeout_s: Annotated[float, _doc("How long the gateway waits for a verdict; none in time fails the request (503), never lets it through.")] = 10.0
+    verdict_barrier: Annotated[str, _doc("Where requests with unscreened tool results wait: `engine` (held: prefill runs while screening, no token before the Release) or `gateway` (screen first, then send).")] = "engine"
+    verdict_cache_size: Annotated[int, _doc("Clean tool-result verdicts a gateway remembers (by block id), so repeated results are not screened again.")] = 100000
+    admin_keys: Annotated[tuple[str, ...], _doc("Keys for the gateway's operator endpoints (/v1/fak/audit, /v1/fak/requests/…), comma separated. Empty: those endpoints refuse (403).")] = ()
+    audit_buffer: Annotated[int, _doc("Audit records (verdicts, eviction receipts) a gateway keeps in memory for /v1/fak/audit; older ones stay in JetStream.")] = 20000
 
     # -- the engine ------------------------------------------------------------------------------------
     model: Annotated[str, _doc("Model an engine worker serves: `synthetic`, `smollm2-135m`, a .gguf path, a safetensors dir, or hf://org/repo.")] = "synthetic"
@@ -56,7 +62,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     hold_timeout_s: Annotated[float, _doc("Verdict barrier: how long a held request waits for its Release before it fails (504).")] = 30.0
 
     # -- the adjudicator -------------------------------------------------------------------------------
-    policy: Annotated[str, _doc("Policy file for tool-call adjudication (YAML). Empty: the built-in default policy.")] = ""
+    policy: Annotated[str, _doc("Policy for tool-call adjudication: a YAML file, or a folder with default.yaml and one <key id>.yaml per API key. Empty: the built-in policy (deploy/policies/default.yaml).")] = ""
+    policy_reload_s: Annotated[float, _doc("How often the adjudicator checks the policy files for changes (hot reload; a bad file keeps the old policy). 0: never.")] = 2.0
+    screen_threshold: Annotated[float, _doc("Inline screening: a tool result scoring at or above this is quarantined. 0.4: any rule (borderline ones score 0.45); 0.5: a strong rule or two borderline ones.")] = 0.4
+    screen_model: Annotated[str, _doc("Model-stage screening: `sync` (before the verdict), `async` (after it: a late quarantine, enforced by eviction) or `off`.")] = "sync"
+    screen_model_threshold: Annotated[float, _doc("Model stage: probability at or above which a tool result is quarantined (0: the threshold shipped with the model).")] = 0.0
 
     # -- every process ---------------------------------------------------------------------------------
     metrics_port: Annotated[int, _doc("Port of a non-HTTP service's /metrics and /healthz (0: a free port, announced on the bus).")] = 0

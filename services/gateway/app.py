@@ -7,6 +7,11 @@
     POST /v1/completions               OpenAI raw-prompt completions (+SSE)
     POST /v1/messages                  Anthropic messages (+SSE)
     POST /v1/messages/count_tokens     Anthropic token counting
+    GET  /v1/fak/audit                 operators (admin key): verdicts and eviction receipts, filterable
+    GET  /v1/fak/requests/{id}         operators (admin key): a request's context as it left for the engines
+
+Chat requests pass through the guard (guard.py): the context filter, the verdict barrier and tool-call
+adjudication; raw completions carry neither tool results nor tool calls.
 
 Every error leaves in the shape of the wire it came in on (errors.py).
 """
@@ -26,10 +31,14 @@ from litestar.middleware import ASGIMiddleware
 from litestar.response import Stream
 
 from fak_gateway import anthropic_wire, openai_wire
+from fak_gateway.context_filter import AuditView, ContextFilter
 from fak_gateway.engines import Engines
 from fak_gateway.errors import WireError, wire_of
+from fak_gateway.guard import Guard
 from fakcore import bus
+from fakcore.audit import ensure_audit_stream
 from fakcore.metrics import Metrics
+from fakcore.policy import key_id
 from fakcore.protocol import Accepted, GenerateRequest, Heartbeat, encode, subjects
 from fakcore.service import instance_name
 from fakcore.settings import Settings
@@ -60,6 +69,9 @@ class State:
         self.m = GatewayMetrics(metrics)
         self.engines = engines
         self.started = time.time()
+        self.filter = ContextFilter(settings.verdict_cache_size)
+        self.audit = AuditView(settings.audit_buffer)
+        self.guard: Guard | None = None
 
 
 def _state(request: Request) -> State:
@@ -80,8 +92,28 @@ async def _body(request: Request) -> bytes:
     return await request.body()
 
 
+def _api_key(request: Request) -> str:
+    auth = request.headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+
+
+def _check_admin(request: Request, settings: Settings) -> None:
+    if not settings.admin_keys:
+        raise WireError("permission", "operator endpoints are disabled: set FAK_ADMIN_KEYS")
+    key = request.headers.get("x-fak-admin-key") or _api_key(request)
+    if key not in settings.admin_keys:
+        raise WireError("authentication", "invalid or missing admin key")
+
+
 def _session(request: Request) -> str:
     return request.headers.get("x-fak-session", "")
+
+
+async def _guarded_start(state: State, request: Request, req: GenerateRequest) -> tuple[Accepted, AsyncIterator[Any]]:
+    """Through the guard: context filter, verdict barrier, tool-call adjudication."""
+    if state.guard is None:
+        return await _start(state, req)
+    return await state.guard.start(state.engines, req, key_id(_api_key(request)))
 
 
 async def _start(state: State, req: GenerateRequest) -> tuple[Accepted, AsyncIterator[Any]]:
@@ -145,6 +177,8 @@ def healthz(request: Request) -> Response:
         "workers": [{"worker": w.worker, "model": w.model, "engine": w.engine, "backend": w.backend, "device": w.device,
                      "active": w.active, "queued": w.queued, "capacity": w.capacity} for w in workers],
         "services": sorted({h.service for h in services} | ({"engine"} if workers else set())),
+        "adjudication": s.adjudicate,
+        "quarantined_blocks": len(state.filter.quarantined),
     }
     return Response(body, status_code=200 if ok else 503)
 
@@ -174,7 +208,7 @@ async def chat_completions(request: Request) -> Response | Stream:
     state = _state(request)
     r = openai_wire.decode(await _body(request), openai_wire.ChatRequest)
     req = openai_wire.chat_to_bus(r, _session(request))
-    first, replies = await _start(state, req)
+    first, replies = await _guarded_start(state, request, req)
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))
         return _stream(state, "chat", "openai", openai_wire.chat_stream(req, first, replies, include_usage), _receipt_headers(first))
@@ -199,7 +233,7 @@ async def messages(request: Request) -> Response | Stream:
     state = _state(request)
     r = anthropic_wire.decode_messages(await _body(request))
     req = anthropic_wire.messages_to_bus(r, _session(request))
-    first, replies = await _start(state, req)
+    first, replies = await _guarded_start(state, request, req)
     if r.stream:
         return _stream(state, "messages", "anthropic", anthropic_wire.message_stream(req, first, replies, first.prompt_tokens),
                        _receipt_headers(first))
@@ -211,8 +245,30 @@ async def count_tokens(request: Request) -> Response:
     state = _state(request)
     r = anthropic_wire.decode_count(await _body(request))
     assert state.engines is not None
-    n = await state.engines.count_tokens(anthropic_wire.count_to_bus(r))
+    counted = anthropic_wire.count_to_bus(r)
+    if state.guard is not None:  # count what a request would send: quarantined results as placeholders
+        state.filter.apply(counted.messages)
+    n = await state.engines.count_tokens(counted)
     return Response({"input_tokens": n})
+
+
+@get("/v1/fak/audit", sync_to_thread=False)
+def audit_log(request: Request, request_id: str = "", session: str = "", kind: str = "", block: str = "",
+              limit: int = 100) -> Response:
+    state = _state(request)
+    _check_admin(request, state.settings)
+    records = state.audit.query(request_id=request_id, session=session, kind=kind, block=block, limit=max(1, min(limit, 5000)))
+    return Response({"records": records, "quarantined_blocks": len(state.filter.quarantined)})
+
+
+@get("/v1/fak/requests/{request_id:str}", sync_to_thread=False)
+def request_context(request: Request, request_id: str) -> Response:
+    state = _state(request)
+    _check_admin(request, state.settings)
+    found = state.audit.requests.get(request_id)
+    if found is None:
+        raise WireError("not_found", f"request {request_id!r} is not among this gateway's recent requests")
+    return Response(found)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -220,7 +276,8 @@ async def count_tokens(request: Request) -> Response:
 # ---------------------------------------------------------------------------------------------------------
 
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/messages": "messages",
-          "/v1/messages/count_tokens": "count_tokens", "/v1/models": "models", "/healthz": "healthz", "/metrics": "metrics"}
+          "/v1/messages/count_tokens": "count_tokens", "/v1/models": "models", "/healthz": "healthz", "/metrics": "metrics",
+          "/v1/fak/audit": "audit"}
 
 
 def _error_response(request: Request, err: WireError) -> Response:
@@ -295,18 +352,28 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
         nc = await bus.connect(settings, "gateway")
         state.engines = Engines(nc, settings, on_done=state.m.count_tokens)
         await state.engines.start()
+        if settings.adjudicate:
+            # Serve nothing before the filter has replayed every quarantine verdict ever published.
+            await bus.ensure_streams(nc)
+            await ensure_audit_stream(nc)
+            await state.filter.start(nc)
+            await state.audit.start(nc)
+            state.guard = Guard(nc, settings, metrics, state.filter, state.audit, instance_name("gateway"))
         beat = asyncio.create_task(_heartbeat(nc, settings))
         try:
             yield
         finally:
             beat.cancel()
+            await state.filter.stop()
+            await state.audit.stop()
             try:
                 await nc.drain()
             except Exception:  # the server is gone: nothing left to deliver
                 pass
 
     return Litestar(
-        route_handlers=[healthz, metrics_endpoint, list_models, chat_completions, completions, messages, count_tokens],
+        route_handlers=[healthz, metrics_endpoint, list_models, chat_completions, completions, messages, count_tokens,
+                        audit_log, request_context],
         lifespan=[lifespan],
         exception_handlers={WireError: on_wire_error, HTTPException: on_http_error, Exception: on_unexpected},
         request_max_body_size=settings.max_body_bytes,

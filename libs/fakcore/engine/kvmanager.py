@@ -34,6 +34,7 @@ from fakcore.engine.transformer import Transformer
 from fakcore.protocol import KvEvicted, KvSpans, KvWorkerStats, Span
 
 MODES = ("exact", "shift")
+RESERVE_DECODE = 256  # decode room reserved with a new request's cache (more grows by doubling)
 SHIFT_NOTE = ("shift: the evicted positions are gone from every layer and the survivors' keys were re-rotated at "
               "their new positions, so nothing can attend to the span; but survivors' keys and values above layer 0 "
               "were computed while the span was visible and still carry its influence (layer_dev, max_abs_dev)")
@@ -114,6 +115,7 @@ class Entry:
     session: str = ""  # x-fak-session of the request that last used it: such entries are dropped last
     owner: Any = None  # the Sequence using it now; None: idle (reusable, droppable)
     used: float = 0.0  # monotonic time of the last use (LRU)
+    prompt_len: int = 0  # how much of it was the last request's prompt (the rest it generated)
 
 
 def common_prefix(a: list[int], b: list[int], limit: int) -> int:
@@ -126,7 +128,8 @@ def common_prefix(a: list[int], b: list[int], limit: int) -> int:
 
 class KVPool:
     def __init__(self, tf: Transformer, *, worker: str = "", budget: int = 1 << 30, min_prefix: int = 16,
-                 chunk: int = 256, verify: bool = True, publish: Callable[[Any], None] | None = None):
+                 chunk: int = 256, verify: bool = True, publish: Callable[[Any], None] | None = None,
+                 metrics: Any = None):
         self.tf = tf
         self.worker = worker
         self.budget = budget
@@ -134,6 +137,7 @@ class KVPool:
         self.chunk = chunk
         self.verify = verify
         self.publish = publish or (lambda msg: None)
+        self.metrics = metrics  # optional: kv_lookup(cached_tokens), kv_dropped() (thread-safe counters)
         self.entries: dict[str, Entry] = {}
         # counters (read by the heartbeat thread; plain ints)
         self.bytes = 0
@@ -145,21 +149,23 @@ class KVPool:
         if seq.cache is not None:
             return
         session = seq.request.session
-        best, best_len = None, 0
         limit = len(seq.prompt) - 1  # the last prompt token is always computed: it yields the first logits
-        for e in self.entries.values():
-            n = common_prefix(e.cache.tokens, seq.prompt, limit)
-            if n and (n, session and e.session == session, e.owner is None, e.used) > \
-                    (best_len, session and best is not None and best.session == session, best is None or best.owner is None,
-                     best.used if best else 0.0):
-                best, best_len = e, n
+        # the longest shared prefix; on a tie the session's own sequence, then an idle one, then the newest
+        candidates = [((n, bool(session) and e.session == session, e.owner is None, e.used), e)
+                      for e in self.entries.values() if (n := common_prefix(e.cache.tokens, seq.prompt, limit))]
+        rank, best = max(candidates, key=lambda c: c[0], default=((0,), None))
+        best_len = rank[0]
         self.lookups += 1
+        if self.metrics is not None:
+            self.metrics.kv_lookup(best_len if best_len >= self.min_prefix else 0)
         if best is not None and best_len >= self.min_prefix:
             self.hits += 1
             self.cached_tokens += best_len
-            whole = best_len == best.cache.length
-            if best.owner is None and (whole or (session and best.session == session)):
-                entry = best  # take it over: nothing anyone else could reuse is lost (or it is the session's own)
+            # Take an idle sequence over when nothing another request could want is lost: the new prompt
+            # extends its whole prompt (a conversation's next turn) or it is the same session's; else copy.
+            mine = best_len >= best.prompt_len or (session and best.session == session)
+            if best.owner is None and mine:
+                entry = best
                 entry.cache.truncate(best_len)
             else:  # copy the shared prefix: the other sequence keeps its cache
                 entry = self._new_entry()
@@ -169,6 +175,7 @@ class KVPool:
             best_len = 0
             entry = self._new_entry()
         entry.owner, entry.session, entry.used = seq, session, time.monotonic()
+        entry.cache.reserve(len(seq.prompt) + min(seq.request.sampling.max_tokens, RESERVE_DECODE))  # grow once, not by doubling
         entry.cache.spans = [SpanEntry(s.block, s.start, s.end) for s in getattr(seq, "spans", [])]
         seq.cache, seq.cached_tokens = entry.cache, best_len
         self._fit()
@@ -179,7 +186,7 @@ class KVPool:
         entry = self.entry_of(seq)
         if entry is None:
             return
-        entry.owner, entry.used = None, time.monotonic()
+        entry.owner, entry.used, entry.prompt_len = None, time.monotonic(), len(seq.prompt)
         self._fit()
         if entry.id in self.entries:
             self.publish(self.span_map(entry))
@@ -205,6 +212,8 @@ class KVPool:
         e = self.entries.pop(entry_id)
         self.bytes -= e.cache.nbytes
         self.dropped += 1
+        if self.metrics is not None:
+            self.metrics.kv_dropped()
         self.publish(KvSpans(worker=self.worker, sequence=e.id, session=e.session, dropped=True))
 
     # -- eviction ------------------------------------------------------------------------------------
@@ -228,11 +237,20 @@ class KVPool:
             r = evict_cache(self.tf, e.cache, ranges, mode, chunk=self.chunk, verify=self.verify)
             if e.owner is not None:
                 e.owner.drop_prompt(ranges)
+            e.prompt_len -= sum(max(0, min(end, e.prompt_len) - start) for start, end in ranges)
             r.worker, r.sequence, r.session, r.cause, r.request_id = self.worker, e.id, e.session, cause, request_id
             receipts.append(r)
             self.evictions += 1
             self.publish(self.span_map(e))
         self._fit()
+        return receipts
+
+    def release_hold(self, seq: Any, quarantined: Iterable[str], request_id: str = "") -> list[KvEvicted]:
+        """The verdict barrier opens for `seq`: evict the quarantined blocks from its own cache (exact: the
+        cache then equals one that never saw them) and let it decode."""
+        quarantined = list(quarantined)
+        receipts = self.evict(quarantined, "exact", only=seq, cause="release", request_id=request_id) if quarantined else []
+        seq.held = False
         return receipts
 
     # -- views ---------------------------------------------------------------------------------------

@@ -7,11 +7,18 @@ cache (a Segment of the batch). Finished sequences leave, waiting ones join, at 
 
 Events go to `on_event(seq, kind, payload)` from the scheduler thread: ("chunk", (text, token_ids)),
 ("done", None), ("error", (code, message)). The worker hops them onto its event loop.
+
+The scheduler thread is the only one that touches KV caches: a sequence gets its cache from the `acquire`
+hook when it becomes active and hands it back through `release` (the worker's KVPool), and other threads
+run cache work (evictions, stats) through `call`, between two steps. A held sequence (verdict barrier)
+prefills all but its last prompt token and then waits, without a batch row, until `held` is cleared or
+`hold_timeout` passes.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
 import threading
 import time
@@ -36,20 +43,23 @@ class Overloaded(Exception):
 
 class Scheduler:
     def __init__(self, model: LoadedModel, on_event: EventFn, *, max_sessions: int = 16, max_queue: int = 64,
-                 prefill_chunk: int = 256, metrics: Any = None):
+                 prefill_chunk: int = 256, metrics: Any = None, hold_timeout: float = 30.0):
         self.model = model
         self.on_event = on_event
         self.max_sessions = max(1, max_sessions)
         self.max_queue = max(0, max_queue)
         self.prefill_chunk = max(1, prefill_chunk)
         self.metrics = metrics
+        self.hold_timeout = hold_timeout
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.active: list[Sequence] = []
         self._cancelled: set[str] = set()
         self._cv = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
+        self.acquire: Callable[[Sequence], None] = lambda seq: None  # hook: give the sequence its cache (KV-MMU)
         self.release: Callable[[Sequence], None] = lambda seq: None  # hook: hand the cache back (KV-MMU)
+        self._calls: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future]] = collections.deque()
 
     # -- control (any thread) ------------------------------------------------------------------------
     def start(self) -> None:
@@ -62,13 +72,38 @@ class Scheduler:
             self._cv.notify_all()
         if self._thread:
             self._thread.join(timeout)
+        with self._cv:  # nobody will run these any more: let their callers go
+            for _, future in self._calls:
+                future.cancel()
+            self._calls.clear()
 
     def submit(self, seq: Sequence) -> None:
         with self._cv:
             if len(self.active) >= self.max_sessions and len(self.waiting) >= self.max_queue:
                 raise Overloaded(f"worker busy: {len(self.active)} active, {len(self.waiting)} queued")
+            if seq.held and not seq.hold_deadline:
+                seq.hold_deadline = time.monotonic() + self.hold_timeout
             self.waiting.append(seq)
             self._cv.notify()
+
+    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        """Run `fn` on the scheduler thread before the next step; its result (or exception) in the future."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cv:
+            if self._stop:
+                future.cancel()
+            else:
+                self._calls.append((fn, future))
+                self._cv.notify()
+        return future
+
+    def find(self, request_id: str) -> Sequence | None:
+        with self._cv:
+            return next((s for s in [*self.active, *self.waiting] if s.request.request_id == request_id), None)
+
+    def queued(self) -> list[Sequence]:
+        with self._cv:
+            return list(self.waiting)
 
     def cancel(self, request_id: str) -> None:
         with self._cv:
@@ -80,11 +115,23 @@ class Scheduler:
         return len(self.active), len(self.waiting)
 
     # -- the loop (scheduler thread) -----------------------------------------------------------------
+    def _runnable(self) -> bool:
+        admissible = self.waiting and len(self.active) < self.max_sessions
+        return bool(self._calls or admissible or any(not s.held or s.pending_prompt for s in self.active))
+
+    def _hold_wait(self) -> float | None:
+        """Seconds until the first held sequence times out (None: nothing is held)."""
+        deadlines = [s.hold_deadline for s in [*self.active, *self.waiting] if s.held]
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._stop and not self.active and not self.waiting:
-                    self._cv.wait()
+                while not self._stop and not self._runnable():
+                    wait = self._hold_wait()
+                    if wait is not None and wait <= 0:
+                        break
+                    self._cv.wait(wait)
                 if self._stop:
                     return
             try:
@@ -94,18 +141,46 @@ class Scheduler:
                 for seq in list(self.active):
                     self._finish(seq, "error", (ErrorCode.INTERNAL, "engine step failed; see worker log"))
 
+    def _run_calls(self) -> None:
+        while True:
+            with self._cv:
+                if not self._calls:
+                    return
+                fn, future = self._calls.popleft()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # the caller gets it
+                    future.set_exception(exc)
+
     def step(self) -> int:
         """Admit, run one batched forward, hand out tokens. Returns the number of tokens processed."""
+        self._run_calls()
+        now = time.monotonic()
         with self._cv:
-            for seq in [s for s in self.waiting if s.request.request_id in self._cancelled]:
+            gone = [s for s in self.waiting if s.request.request_id in self._cancelled]
+            for seq in gone:
                 self.waiting.remove(seq)
             for seq in [s for s in self.active if s.request.request_id in self._cancelled]:
                 self.active.remove(seq)
-                self.release(seq)
+                gone.append(seq)
             self._cancelled.clear()
+            expired = [s for s in [*self.active, *self.waiting] if s.held and s.hold_deadline <= now]
+            admitted = []
             while self.waiting and len(self.active) < self.max_sessions:
-                self.active.append(self.waiting.popleft())
-            batch = list(self.active)
+                admitted.append(self.waiting.popleft())
+                self.active.append(admitted[-1])
+            batch = [s for s in self.active if s not in expired]
+        for seq in gone:
+            self.release(seq)
+        for seq in admitted:
+            self.acquire(seq)
+        for seq in expired:
+            with self._cv:
+                if seq in self.waiting:
+                    self.waiting.remove(seq)
+            self._finish(seq, "error", (ErrorCode.TIMEOUT, f"verdict barrier: no Release for request {seq.request.request_id} "
+                                                          f"within {self.hold_timeout:g}s"))
         if not batch:
             return 0
 
@@ -124,10 +199,10 @@ class Scheduler:
                 rows = slice(len(tokens), len(tokens) + len(take))
                 tokens.extend(take)
                 segments.append(Segment(seq.cache, rows))
-                if len(take) == len(pending):
+                if len(take) == len(pending) and not seq.held:
                     owners.append(seq)
                     logit_rows.append(rows.stop - 1)
-            else:
+            elif not seq.held:
                 rows = slice(len(tokens), len(tokens) + 1)
                 tokens.append(seq.next_input)
                 segments.append(Segment(seq.cache, rows))
@@ -137,10 +212,11 @@ class Scheduler:
             return 0
 
         t0 = time.perf_counter()
-        logits = self.model.transformer.forward(np.asarray(tokens, np.int64), segments, np.asarray(logit_rows, np.int64))
+        rows_out = logit_rows or [len(tokens) - 1]  # only held prefill this step: the logits are not used
+        logits = self.model.transformer.forward(np.asarray(tokens, np.int64), segments, np.asarray(rows_out, np.int64))
         if self.metrics is not None:
             self.metrics.step(len(tokens), len(owners), time.perf_counter() - t0)
-        for seq, row in zip(owners, logits, strict=True):
+        for seq, row in zip(owners, logits[:len(owners)], strict=True):
             before = len(seq.generated)
             text = seq.accept(row)
             token_ids = seq.generated[before:]

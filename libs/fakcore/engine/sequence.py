@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fakcore.engine.kvcache import cut_tokens
 from fakcore.engine.loader import LoadedModel
 from fakcore.engine.prompt import Prompt, RequestError, build_prompt, template_tools
 from fakcore.engine.sampling import Sampler
@@ -100,6 +101,9 @@ class Sequence:
     tool_calls: list[ToolCall] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     first_token_at: float = 0.0
+    spans: list = field(default_factory=list)  # the prompt's PromptSpans (block -> token range), for the KV-MMU
+    held: bool = False  # verdict barrier: prefill, but sample nothing until the Release
+    hold_deadline: float = 0.0  # monotonic time at which a held sequence fails
 
     def __post_init__(self) -> None:
         self.sampler = Sampler(self.request.sampling)
@@ -110,8 +114,14 @@ class Sequence:
 
     @property
     def pending_prompt(self) -> list[int]:
-        """Prompt tokens not in the cache yet (prefill still to do)."""
-        return self.prompt[self.cache.length:] if self.cache.length < len(self.prompt) else []
+        """Prompt tokens not in the cache yet (prefill still to do). A held sequence keeps its last prompt
+        token back: running it would produce the logits of the first sample."""
+        end = len(self.prompt) - 1 if self.held else len(self.prompt)
+        return self.prompt[self.cache.length:end] if self.cache.length < end else []
+
+    def drop_prompt(self, ranges: list[tuple[int, int]]) -> None:
+        """The prompt without the token ranges of evicted spans (sorted, disjoint; positions in the prompt)."""
+        self.prompt = cut_tokens(self.prompt, [(s, min(e, len(self.prompt))) for s, e in ranges if s < len(self.prompt)])
 
     @property
     def next_input(self) -> int:

@@ -4,6 +4,12 @@ Subjects (protocol.subjects): generate requests arrive on the model's queue grou
 and on this worker's own subject (session-affine); token counting on the model's count queue group;
 cancellations are broadcast. Replies stream to the request's reply inbox: TokenChunk…, then GenerateDone
 or GenerateError. The same worker serves engine-cpu and engine-cuda; only the backend differs.
+
+KV memory (engine/kvmanager.py): the worker owns its caches. Span maps go to the kvmmu on kv.spans; the
+kvmmu commands evictions on this worker's kv.evict and reads kv.stats; kv.sync asks for every map again.
+Verdict barrier: a request with `hold` is prefilled but not decoded until a Release (broadcast) names it;
+the quarantined blocks it lists are evicted (exact) from that request's cache first, receipts on
+kv.evicted. A Release that overtakes its request is kept for `hold_timeout_s`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from fakcore.engine.kvmanager import MODES, KVPool
 from fakcore.engine.loader import LoadedModel
 from fakcore.engine.scheduler import Overloaded, Scheduler
 from fakcore.engine.sequence import RequestError, Sequence, make_constraint, prepare, prompt_ids
@@ -30,7 +37,12 @@ from fakcore.protocol import (
     GenerateDone,
     GenerateError,
     GenerateRequest,
+    KvEvicted,
+    KvEvictReply,
+    KvSpans,
+    KvStats,
     Receipt,
+    Release,
     TokenChunk,
     Usage,
     encode,
@@ -55,6 +67,31 @@ class EngineMetrics:
         self.active = m.gauge("engine_active_sequences", "Sequences being decoded", ("model",))
         self.queued = m.gauge("engine_queued_requests", "Requests waiting for a slot", ("model",))
         self.tps = m.gauge("engine_tokens_per_second", "Tokens per second of the last forward pass", ("model",))
+        self.kv_bytes = m.gauge("engine_kv_bytes", "KV-cache memory held (allocated)", ("model",))
+        self.kv_budget = m.gauge("engine_kv_budget_bytes", "KV-cache budget (FAK_KV_BUDGET)", ("model",))
+        self.kv_sequences = m.gauge("engine_kv_sequences", "Cached sequences (in use and idle)", ("model",))
+        self.kv_occupancy = m.gauge("engine_kv_occupancy_ratio", "KV memory held / budget", ("model",))
+        self.kv_hit_ratio = m.gauge("engine_kv_prefix_hit_ratio", "Share of requests that reused a cached prefix", ("model",))
+        self.kv_lookups = m.counter("engine_kv_prefix_lookups_total", "Prefix look-ups by outcome", ("model", "outcome"))
+        self.kv_cached = m.counter("engine_kv_cached_tokens_total", "Prompt tokens served from reused prefixes", ("model",))
+        self.kv_drops = m.counter("engine_kv_dropped_sequences_total", "Idle sequences dropped to stay under budget", ("model",))
+        self.kv_evictions = m.counter("engine_kv_evictions_total", "Span evictions by mode and cause", ("model", "mode", "cause"))
+        self.kv_evicted_tokens = m.counter("engine_kv_evicted_tokens_total", "Cached tokens removed by evictions", ("model",))
+        self.kv_recomputed = m.counter("engine_kv_recomputed_tokens_total", "Tokens recomputed by exact evictions", ("model",))
+        self.kv_evict_seconds = m.histogram("engine_kv_eviction_seconds", "Time of one eviction (without verification)", ("model",))
+
+    def kv_lookup(self, cached: int) -> None:
+        self.kv_lookups.labels(self.model, "hit" if cached else "miss").inc()
+        self.kv_cached.labels(self.model).inc(cached)
+
+    def kv_dropped(self) -> None:
+        self.kv_drops.labels(self.model).inc()
+
+    def kv_evicted(self, r: KvEvicted) -> None:
+        self.kv_evictions.labels(self.model, r.mode, r.cause or "command").inc()
+        self.kv_evicted_tokens.labels(self.model).inc(r.tokens_before - r.tokens_after)
+        self.kv_recomputed.labels(self.model).inc(r.tokens_recomputed)
+        self.kv_evict_seconds.labels(self.model).observe(r.seconds)
 
     def step(self, n_tokens: int, n_logits: int, seconds: float) -> None:
         self.step_seconds.labels(self.model).observe(seconds)
@@ -70,12 +107,19 @@ class EngineWorker:
         self.worker_id = s.worker_id or f"{engine_kind}-{socket.gethostname()}-{os.getpid()}"
         self.metrics = EngineMetrics(svc, model.name)
         self.scheduler = Scheduler(model, self._on_event, max_sessions=s.max_sessions, max_queue=s.max_queue,
-                                   metrics=self.metrics)
+                                   metrics=self.metrics, hold_timeout=s.hold_timeout_s)
+        self.kv = KVPool(model.transformer, worker=self.worker_id, budget=s.kv_budget_bytes, min_prefix=s.kv_min_prefix,
+                         chunk=self.scheduler.prefill_chunk, verify=s.kv_verify, publish=self._to_bus, metrics=self.metrics)
+        self.scheduler.acquire = self.kv.acquire
+        self.scheduler.release = self.kv.release
+        self.evict_mode = s.kv_evict_mode
         self.receipt = Receipt(engine=engine_kind, worker=self.worker_id, backend=model.backend.name,
                                device=model.backend.device, model=model.name, weights_digest=model.weights_digest)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._outbox: asyncio.Queue = asyncio.Queue()
         self._inflight: dict[str, tuple[str, float]] = {}  # request id -> (reply subject, arrival time)
+        self._early: dict[str, tuple[Release, float]] = {}  # Releases that overtook their request
+        self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -85,6 +129,10 @@ class EngineWorker:
         await nc.subscribe(subjects.worker(self.worker_id, "generate"), cb=self._on_generate)
         await nc.subscribe(subjects.count_tokens(name), queue=queue, cb=self._on_count)
         await nc.subscribe(subjects.CANCEL, cb=self._on_cancel)
+        await nc.subscribe(subjects.RELEASE, cb=self._on_release)
+        await nc.subscribe(subjects.worker(self.worker_id, "kv.evict"), cb=self._on_kv_evict)
+        await nc.subscribe(subjects.worker(self.worker_id, "kv.stats"), cb=self._on_kv_stats)
+        await nc.subscribe(subjects.KV_SYNC, cb=self._on_kv_sync)
         self.scheduler.start()
         publisher = asyncio.create_task(self._publish_loop())
         self.svc.stack.callback(publisher.cancel)
@@ -98,6 +146,12 @@ class EngineWorker:
         active, queued = self.scheduler.load
         self.metrics.active.labels(self.model.name).set(active)
         self.metrics.queued.labels(self.model.name).set(queued)
+        kv, name = self.kv, self.model.name
+        self.metrics.kv_bytes.labels(name).set(kv.bytes)
+        self.metrics.kv_budget.labels(name).set(kv.budget)
+        self.metrics.kv_sequences.labels(name).set(len(kv.entries))
+        self.metrics.kv_occupancy.labels(name).set(kv.bytes / kv.budget if kv.budget else 0.0)
+        self.metrics.kv_hit_ratio.labels(name).set(kv.hits / kv.lookups if kv.lookups else 0.0)
         return Announce(worker=self.worker_id, model=self.model.name, engine=self.engine_kind,
                         backend=self.model.backend.name, device=self.model.backend.device,
                         weights_digest=self.model.weights_digest, context_length=self.model.config.context_length,
@@ -119,8 +173,13 @@ class EngineWorker:
             seq = self._admit(req)
             self._inflight[req.request_id] = (msg.reply, time.monotonic())
             self.scheduler.submit(seq)
+            early = self._early.pop(req.request_id, None)
+            if early is not None and seq.held:
+                task = asyncio.create_task(self._release(early[0]))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
             await self._reply(msg.reply, Accepted(request_id=req.request_id, receipt=self.receipt,
-                                                  queued=self.scheduler.load[1], prompt_tokens=len(seq.prompt)))
+                                                  queued=self.scheduler.load[1], prompt_tokens=len(seq.prompt), held=seq.held))
         except RequestError as exc:
             self.metrics.requests.labels(self.model.name, exc.code).inc()
             await self._reply(msg.reply, GenerateError(request_id=req.request_id, code=exc.code, message=str(exc)))
@@ -138,8 +197,8 @@ class EngineWorker:
             raise RequestError(ErrorCode.INVALID, "max_tokens must be at least 1")
         if len(prompt.ids) >= ctx:
             raise RequestError(ErrorCode.CONTEXT_LENGTH, f"prompt is {len(prompt.ids)} tokens; {self.model.name} holds {ctx}")
-        return Sequence(request=req, prompt=prompt.ids, cache=self.model.transformer.new_cache(), model=self.model,
-                        constraint=make_constraint(self.model, req))
+        return Sequence(request=req, prompt=prompt.ids, cache=None, model=self.model, constraint=make_constraint(self.model, req),
+                        spans=prompt.spans, held=req.hold)
 
     async def _on_count(self, msg: Any) -> None:
         try:
@@ -163,6 +222,78 @@ class EngineWorker:
             self.scheduler.cancel(req.request_id)
             self.metrics.requests.labels(self.model.name, "cancelled").inc()
 
+    # -- KV memory: the verdict barrier, kvmmu commands ------------------------------------------------
+    async def _on_release(self, msg: Any) -> None:
+        try:
+            rel = Decoders.release.decode(msg.data)
+        except msgspec.DecodeError:
+            return
+        if rel.request_id in self._inflight:
+            await self._release(rel)
+            return
+        now = time.monotonic()  # not here (yet): keep it a while, in case the request itself is still on its way
+        for rid in [r for r, (_, t) in self._early.items() if now - t > self.scheduler.hold_timeout]:
+            del self._early[rid]
+        self._early[rel.request_id] = (rel, now)
+
+    async def _release(self, rel: Release) -> None:
+        def on_thread() -> list[KvEvicted]:
+            seq = self.scheduler.find(rel.request_id)
+            if seq is None or not seq.held:
+                return []
+            return self.kv.release_hold(seq, rel.quarantined, rel.request_id)
+
+        try:
+            receipts = await asyncio.wrap_future(self.scheduler.call(on_thread))
+        except Exception:
+            log.exception("release of %s failed", rel.request_id)
+            self.scheduler.cancel(rel.request_id)
+            entry = self._inflight.pop(rel.request_id, None)
+            if entry:
+                await self._reply(entry[0], GenerateError(request_id=rel.request_id, code=ErrorCode.INTERNAL,
+                                                          message="eviction before decoding failed; see worker log"))
+            return
+        for r in receipts:
+            self.metrics.kv_evicted(r)
+            await self._publish(subjects.KV_EVICTED, r)
+
+    async def _on_kv_evict(self, msg: Any) -> None:
+        try:
+            cmd = Decoders.kv_evict.decode(msg.data)
+            mode = cmd.mode or self.evict_mode
+            if mode not in MODES:
+                raise ValueError(f"unknown eviction mode {mode!r}: expected {' or '.join(MODES)}")
+            receipts = await asyncio.wrap_future(self.scheduler.call(
+                lambda: self.kv.evict(cmd.blocks, mode, queued=self.scheduler.queued(), cause=cmd.cause,
+                                      request_id=cmd.request_id)))
+        except Exception as exc:
+            log.exception("kv.evict failed")
+            await msg.respond(encode(GenerateError(request_id="", code=ErrorCode.INVALID, message=f"cannot evict: {exc}")))
+            return
+        for r in receipts:
+            self.metrics.kv_evicted(r)
+        await msg.respond(encode(KvEvictReply(worker=self.worker_id, receipts=receipts)))
+
+    async def _on_kv_stats(self, msg: Any) -> None:
+        stats = await asyncio.wrap_future(self.scheduler.call(self.kv.stats))
+        await msg.respond(encode(KvStats(workers=[stats], blocks=len({s.block for m in stats.maps for s in m.spans}),
+                                         evictions=stats.evictions)))
+
+    async def _on_kv_sync(self, msg: Any) -> None:
+        for m in await asyncio.wrap_future(self.scheduler.call(self.kv.maps)):
+            await self._publish(subjects.KV_SPANS, m)
+
+    def _to_bus(self, msg: KvSpans | KvEvicted) -> None:
+        """From the scheduler thread (the KV pool): publish on the loop."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._outbox.put_nowait, (None, "bus", msg))
+
+    async def _publish(self, subject: str, msg: Any) -> None:
+        try:
+            await self.svc.nc.publish(subject, encode(msg))
+        except Exception as exc:
+            log.warning("cannot publish on %s: %s", subject, exc)
+
     # -- scheduler events (scheduler thread -> loop) -------------------------------------------------
     def _on_event(self, seq: Sequence, kind: str, payload: Any) -> None:
         assert self._loop is not None
@@ -171,6 +302,9 @@ class EngineWorker:
     async def _publish_loop(self) -> None:
         while True:
             seq, kind, payload = await self._outbox.get()
+            if kind == "bus":
+                await self._publish(subjects.KV_SPANS if isinstance(payload, KvSpans) else subjects.KV_EVICTED, payload)
+                continue
             rid = seq.request.request_id
             entry = self._inflight.get(rid)
             if entry is None:

@@ -1,0 +1,245 @@
+"""Adjudication on the request path: the context filter, the verdict barrier, and tool-call verdicts.
+
+    request ─▶ filter (known-quarantined tool results -> placeholders)
+            ─▶ unscreened tool results? ── no ──▶ engines (plain)
+                     │ yes
+                     ├─▶ adjudicate.result for each (in parallel)      ┐ verdict barrier
+                     └─▶ engines with hold=True (prefill runs meanwhile) ┘
+                         all verdicts in ─▶ Release(request, quarantined blocks) ─▶ the worker evicts, decodes
+            ─▶ replies ─▶ GenerateDone with tool calls? ─▶ adjudicate.call for each (tainted if any tool result)
+                          denied ─▶ a TokenChunk with the refusal + GenerateDone without that call
+
+The wires (openai_wire, anthropic_wire) see an ordinary reply stream, so a refusal is wire-correct on every
+wire, streaming or not: assistant text naming the tool, the reason and the policy rule, and a finish
+reason of `stop` / `end_turn` when no call is left (a denied call never reaches the client as a call).
+
+A worker that does not confirm the hold (`Accepted.held` false: an older engine) may already be decoding
+with the payload in context; when one of its blocks is quarantined, the gateway cancels it and sends the
+request again with the placeholder (fak_gateway_barrier_fallbacks_total counts these).
+
+Sessions: `x-fak-session` when the client sends it, else derived from the conversation's opening (the
+hash of its first system and user messages), which stays the same as a conversation grows.
+Taint: a request whose conversation holds any tool result is tainted (the chat APIs resend the whole
+conversation, so this follows the session across replicas without shared state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+
+from fak_gateway.context_filter import AuditView, ContextFilter
+from fak_gateway.errors import WireError
+from fakcore import bus
+from fakcore.metrics import Metrics
+from fakcore.protocol import (
+    Accepted,
+    AdjudicateCall,
+    AdjudicateResult,
+    AuditRecord,
+    CallVerdict,
+    ChatMessage,
+    Decoders,
+    GenerateDone,
+    GenerateError,
+    GenerateRequest,
+    Release,
+    ResultVerdict,
+    TokenChunk,
+    ToolCall,
+    encode,
+    subjects,
+)
+from fakcore.settings import Settings
+
+
+class GuardMetrics:
+    def __init__(self, m: Metrics):
+        self.verdicts = m.counter("gateway_verdicts_total", "Verdicts applied by the gateway, by kind, outcome, source (adjudicator|cache) "
+                                  "and rule or detector", ("kind", "outcome", "source", "rule"))
+        self.barrier = m.histogram("gateway_verdict_barrier_seconds", "Request arrival to all screening verdicts in (requests with "
+                                   "unscreened tool results)", buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5))
+        self.screened = m.histogram("gateway_screening_seconds", "One tool result's adjudicate.result round trip",
+                                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5))
+        self.placeholders = m.counter("gateway_placeholders_total", "Quarantined tool results replaced by a placeholder")
+        self.quarantined = m.gauge("gateway_quarantined_blocks", "Blocks the context filter holds as quarantined")
+        self.fallbacks = m.counter("gateway_barrier_fallbacks_total", "Requests resent because their worker did not hold")
+        self.evictions = m.counter("gateway_evictions_seen_total", "Eviction receipts seen on fak.v1.kv.evicted", ("cause", "mode"))
+
+
+def derive_session(messages: list[ChatMessage]) -> str:
+    opening = [(m.role, m.content) for m in messages if m.role in ("system", "user")][:2]
+    return "d-" + hashlib.sha256(json.dumps(opening).encode()).hexdigest()[:16]
+
+
+def refusal(denied: list[tuple[ToolCall, CallVerdict]]) -> str:
+    lines = []
+    for call, v in denied:
+        args = call.arguments if len(call.arguments) <= 200 else call.arguments[:197] + "..."
+        lines.append(f"[fak] The tool call {call.name}({args}) was refused and not made: {v.reason} (policy rule: {v.rule}).")
+    return "\n".join(lines)
+
+
+class Guard:
+    def __init__(self, nc: Any, settings: Settings, metrics: Metrics, filt: ContextFilter, audit: AuditView, instance: str):
+        self.nc, self.settings, self.filter, self.audit, self.instance = nc, settings, filt, audit, instance
+        self.m = GuardMetrics(metrics)
+        audit.on_eviction = lambda r: self.m.evictions.labels(r.cause or "verdict", r.mode).inc()
+
+    async def _ask(self, msg: AdjudicateCall | AdjudicateResult) -> Any:
+        subject = subjects.ADJUDICATE_CALL if isinstance(msg, AdjudicateCall) else subjects.ADJUDICATE_RESULT
+        try:
+            reply = await bus.request(self.nc, subject, encode(msg), Decoders.adjudicator_reply,
+                                      timeout=self.settings.adjudicate_timeout_s)
+        except bus.NoResponders:
+            raise WireError("unavailable", "no adjudicator is running: tool calls and tool results cannot be judged, "
+                                           "so the request is refused") from None
+        except bus.BusTimeout:
+            raise WireError("unavailable", f"the adjudicator gave no verdict within {self.settings.adjudicate_timeout_s:g}s") from None
+        if isinstance(reply, GenerateError):
+            raise WireError("unavailable", f"the adjudicator failed: {reply.message}")
+        return reply
+
+    async def _audit(self, record: AuditRecord) -> None:
+        try:
+            await self.nc.jetstream().publish(subjects.AUDIT, encode(record))
+        except Exception:  # the audit log is best-effort here; the adjudicator's own records are the primary ones
+            pass
+
+    # -- results ---------------------------------------------------------------------------------------
+    async def _screen(self, req: GenerateRequest, pending: dict[str, ChatMessage], session: str, key: str) -> list[ResultVerdict]:
+        async def one(block: str, m: ChatMessage) -> ResultVerdict:
+            t0 = time.perf_counter()
+            v = await self._ask(AdjudicateResult(request_id=req.request_id, tool=m.name, content=m.content, block=block,
+                                                 session=session, key_id=key))
+            self.m.screened.observe(time.perf_counter() - t0)
+            self.m.verdicts.labels("result", v.verdict, "adjudicator", v.detector or "none").inc()
+            self.filter.add(v)
+            return v
+
+        results = await asyncio.gather(*(one(b, m) for b, m in pending.items()), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        self.m.quarantined.set(len(self.filter.quarantined))
+        return list(results)  # type: ignore[arg-type]
+
+    async def start(self, engines: Any, req: GenerateRequest, key: str) -> tuple[Accepted, AsyncIterator[Any]]:
+        """Filter, screen (barrier), send; the reply stream comes back with tool calls adjudicated."""
+        if not self.settings.adjudicate:
+            return await _start(engines, req)
+        session = req.session or derive_session(req.messages)
+        tainted = any(m.role == "tool" for m in req.messages)
+        t0 = time.perf_counter()
+        replaced = self.filter.apply(req.messages)
+        self.m.quarantined.set(len(self.filter.quarantined))
+        for b in replaced:
+            q = self.filter.quarantined[b]
+            self.m.placeholders.inc()
+            self.m.verdicts.labels("result", "quarantine", "cache", q.detector).inc()
+            await self._audit(AuditRecord(kind="result", outcome="quarantine", request_id=req.request_id, session=session,
+                                          key_id=key, block=b, detector=q.detector, score=q.score, reason=q.reason,
+                                          stage="cache", source=self.instance, ts=time.time()))
+        pending: dict[str, ChatMessage] = {}
+        for m in req.messages:
+            if m.role == "tool" and m.block and m.block not in pending:
+                state = self.filter.known(m.block)
+                if m.block in self.filter.placeholders:
+                    continue
+                if state == "clean":
+                    self.m.verdicts.labels("result", "clean", "cache", "none").inc()
+                elif not state:
+                    pending[m.block] = m
+        record = dict(session=session, tainted=tainted, placeholders=replaced, screened=list(pending), evicted=[],
+                      barrier=self.settings.verdict_barrier if pending else "")
+
+        if not pending:
+            self.audit.remember(req, **record)
+            first, replies = await _start(engines, req)
+        elif self.settings.verdict_barrier == "gateway":
+            verdicts = await self._screen(req, pending, session, key)
+            self.m.barrier.observe(time.perf_counter() - t0)
+            record["placeholders"] = replaced + self.filter.apply(req.messages)
+            record["verdicts"] = [msgspec.to_builtins(v) for v in verdicts]
+            self.audit.remember(req, **record)
+            first, replies = await _start(engines, req)
+        else:
+            first, replies = await self._held(engines, req, pending, session, key, t0, record)
+        return first, self._judge_calls(req, replies, session, key, tainted)
+
+    async def _held(self, engines: Any, req: GenerateRequest, pending: dict[str, ChatMessage], session: str, key: str,
+                    t0: float, record: dict[str, Any]) -> tuple[Accepted, AsyncIterator[Any]]:
+        """Screening and speculative prefill side by side; nothing is decoded before the Release."""
+        req.hold = True
+        screening = asyncio.create_task(self._screen(req, pending, session, key))
+        try:
+            first, replies = await _start(engines, req)
+        except BaseException:
+            screening.cancel()
+            raise
+        try:
+            verdicts = await screening
+        except BaseException:
+            await replies.aclose()  # cancels the held request on its worker
+            raise
+        self.m.barrier.observe(time.perf_counter() - t0)
+        quarantined = [v.block for v in verdicts if v.verdict == "quarantine"]
+        await self.nc.publish(subjects.RELEASE, encode(Release(request_id=req.request_id, quarantined=quarantined)))
+        record["verdicts"] = [msgspec.to_builtins(v) for v in verdicts]
+        if not quarantined or first.held:
+            view = msgspec.structs.replace(req, messages=[msgspec.structs.replace(m) for m in req.messages])
+            self.filter.apply(view.messages)  # the debug view: what the model can still see after the eviction
+            record["evicted"] = quarantined
+            self.audit.remember(view, **record)
+            return first, replies
+        # The worker did not promise to hold: it may have decoded with the payload. Start over without it.
+        self.m.fallbacks.inc()
+        await replies.aclose()
+        record["placeholders"] = record["placeholders"] + self.filter.apply(req.messages)
+        again = msgspec.structs.replace(req, request_id=f"{req.request_id}-r{uuid.uuid4().hex[:6]}", hold=False)
+        self.audit.remember(req, resent_as=again.request_id, **record)
+        first, replies = await _start(engines, again)
+        return first, replies
+
+    # -- calls -----------------------------------------------------------------------------------------
+    async def _judge_calls(self, req: GenerateRequest, replies: AsyncIterator[Any], session: str, key: str,
+                           tainted: bool) -> AsyncIterator[Any]:
+        emitted = False
+        try:
+            async for r in replies:
+                if isinstance(r, TokenChunk) and r.text:
+                    emitted = True
+                if isinstance(r, GenerateDone) and r.tool_calls:
+                    verdicts = await asyncio.gather(*(self._ask(AdjudicateCall(
+                        request_id=req.request_id, tool=c.name, arguments=c.arguments, session=session, key_id=key,
+                        tainted=tainted)) for c in r.tool_calls))
+                    allowed = [c for c, v in zip(r.tool_calls, verdicts, strict=True) if v.allow]
+                    denied = [(c, v) for c, v in zip(r.tool_calls, verdicts, strict=True) if not v.allow]
+                    for v in verdicts:
+                        self.m.verdicts.labels("call", "allow" if v.allow else "deny", "adjudicator", v.rule).inc()
+                    if denied:
+                        self.audit.update(req.request_id, denied=[{"tool": c.name, "rule": v.rule, "reason": v.reason}
+                                                                  for c, v in denied])
+                        yield TokenChunk(request_id=r.request_id, seq=r.seq, text=("\n\n" if emitted else "") + refusal(denied))
+                        r = msgspec.structs.replace(r, tool_calls=allowed,
+                                                    finish_reason=r.finish_reason if allowed else "stop", seq=r.seq + 1)
+                yield r
+        finally:
+            await replies.aclose()  # type: ignore[attr-defined]
+
+
+async def _start(engines: Any, req: GenerateRequest) -> tuple[Accepted, AsyncIterator[Any]]:
+    """Send to the engines and wait for a worker's acceptance, so that 'no worker' is an HTTP status."""
+    replies = engines.generate(req)
+    first = await replies.__anext__()
+    if not isinstance(first, Accepted):
+        await replies.aclose()
+        raise WireError("internal", f"engine answered {type(first).__name__} before accepting")
+    return first, replies
