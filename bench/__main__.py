@@ -1,11 +1,19 @@
-"""Run a benchmark: `python -m bench gateway`, `python -m bench screening` (more arrive with their issues)."""
+"""Run a benchmark: `python -m bench NAME [options]`.
+
+    gateway    cold start of `fak up`, end-to-end latency of small completions
+    engine     fak's CPU engine vs llama.cpp and HF transformers (pp512, tg128, concurrent streams)
+    kv         exact/shift eviction cost vs re-prefill; time to first token with a prefix hit vs cold
+    screening  tool-result screening: TPR at 1% FPR, latency; gateway added latency
+    agentdojo  screening on AgentDojo's data (independent evaluation; needs the agentdojo package)
+"""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-BENCHES = {"gateway": "bench.gateway", "screening": "bench.screening", "agentdojo": "bench.agentdojo_eval", "kv": "bench.kv"}
+BENCHES = {"gateway": "bench.gateway", "engine": "bench.engine", "kv": "bench.kv", "screening": "bench.screening",
+           "agentdojo": "bench.agentdojo_eval"}
 
 
 def main(argv: list[str]) -> int:
