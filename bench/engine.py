@@ -151,6 +151,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--pp", type=int, default=512)
     ap.add_argument("--tg", type=int, default=128)
     ap.add_argument("--backend", default="numba")
+    ap.add_argument("--activations", default="f32,int8", help="numba activation modes to run (comma separated)")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--streams", default="1,4,16")
@@ -161,33 +162,41 @@ def main(argv: list[str]) -> int:
     from fakcore.models.sources import resolve
 
     gguf = Path(resolve(args.model))
-    backend = make_backend(args.backend, threads=args.threads) if args.backend == "numba" else make_backend(args.backend)
-    t0 = time.perf_counter()
-    model = load_model(args.model, backend)
-    load_s = time.perf_counter() - t0
     pp, tg = f"pp{args.pp}", f"tg{args.tg}"
     rows: list[tuple[str, dict[str, float]]] = []
     if not args.skip_llama:
         rows.append(("llama.cpp", llamacpp.run_llama_bench(gguf, args.threads, args.pp, args.tg, args.reps)))
-    rows.append((f"fak ({args.backend})", fak_pp_tg(model, args.pp, args.tg, args.reps)))
+    modes = args.activations.split(",") if args.backend == "numba" else [""]
+    models, loads = {}, {}
+    for mode in modes:
+        name = f"fak ({args.backend}{', ' + mode + ' activations' if mode else ''})"
+        backend = (make_backend("numba", threads=args.threads, activations=mode) if mode else make_backend(args.backend))
+        t0 = time.perf_counter()
+        models[name] = load_model(args.model, backend)
+        loads[name] = time.perf_counter() - t0
+        rows.append((name, fak_pp_tg(models[name], args.pp, args.tg, args.reps)))
     if not args.skip_hf:
         rows.append(("HF transformers (f32)", hf_pp_tg(gguf, args.threads, args.pp, args.tg, args.reps)))
-    streams = {int(n): fak_streams(model, int(n)) for n in args.streams.split(",")}
+    streams = {name: {int(n): fak_streams(model, int(n)) for n in args.streams.split(",")} for name, model in models.items()}
+    agreement = {name: greedy_agreement(models[name], model_ref=load_model(args.model, make_backend("reference")))
+                 for name in models if "int8" in name}
     cold, warm = start_times(args.model, args.backend, args.threads)
 
-    fak = dict(rows)[f"fak ({args.backend})"]
     ref = dict(rows).get("llama.cpp")
     lines = [f"model {args.model} ({gguf.name}), threads {args.threads}, machine: {machine()}, commit {commit()}",
-             f"fak load time: {load_s:.2f} s; process start to first token: cold (empty numba cache) {cold:.1f} s, "
-             f"warm {warm:.1f} s", "",
-             f"| system | {pp} tok/s | {tg} tok/s | {pp} ratio fak/x | {tg} ratio fak/x |", "|---|---|---|---|---|"]
+             "fak load time: " + ", ".join(f"{n} {s:.2f} s" for n, s in loads.items()),
+             f"process start to first token (f32 path): cold (empty numba cache) {cold:.1f} s, warm {warm:.1f} s", "",
+             f"| system | {pp} tok/s | {tg} tok/s | {pp} fak/llama.cpp | {tg} fak/llama.cpp |", "|---|---|---|---|---|"]
     for name, r in rows:
-        lines.append(f"| {name} | {r[pp]:.1f} | {r[tg]:.1f} | {fak[pp] / r[pp]:.2f} | {fak[tg] / r[tg]:.2f} |")
-    lines += ["", "| concurrent streams | aggregate decode tok/s | vs 1 stream |", "|---|---|---|"]
-    for n, v in streams.items():
-        lines.append(f"| {n} | {v:.1f} | {v / streams[min(streams)]:.2f}x |")
-    if ref:
-        lines += ["", f"fak/llama.cpp: {pp} {fak[pp] / ref[pp]:.2f}, {tg} {fak[tg] / ref[tg]:.2f}"]
+        ratio = (f"{r[pp] / ref[pp]:.2f} | {r[tg] / ref[tg]:.2f}") if ref else "- | -"
+        lines.append(f"| {name} | {r[pp]:.1f} | {r[tg]:.1f} | {ratio} |")
+    for name, by_n in streams.items():
+        lines += ["", f"{name}: aggregate decode throughput with concurrent streams", "",
+                  "| streams | tok/s | vs 1 stream |", "|---|---|---|"]
+        lines += [f"| {n} | {v:.1f} | {v / by_n[min(by_n)]:.2f}x |" for n, v in by_n.items()]
+    for name, (same, total) in agreement.items():
+        lines += ["", f"{name}: greedy tokens equal to the f32 reference: {same}/{total} "
+                      f"({100 * same / total:.1f}%, 3 chat prompts x 64 tokens, counted up to the first divergence)"]
     text = "\n".join(lines)
     print(text)
     if args.write:
@@ -195,3 +204,27 @@ def main(argv: list[str]) -> int:
         path.write_text("# Engine benchmark results\n\nWritten by `python -m bench engine --write`.\n\n" + text + "\n")
         print(f"wrote {path}")
     return 0
+
+
+def greedy_agreement(model, model_ref, prompts=("What is the capital of France?", "Write a haiku about the sea.",
+                                                "Explain in two sentences what a hash table is."), n: int = 64) -> tuple[int, int]:
+    """Tokens generated identically to the reference before the first difference, summed over prompts."""
+    from fakcore.engine.backend import Segment
+    from fakcore.engine.prompt import build_prompt
+    from fakcore.protocol import ChatMessage, GenerateRequest
+
+    def greedy(m, ids):
+        tf, out = m.transformer, []
+        cache = tf.new_cache()
+        logits = tf.forward(np.array(ids), [Segment(cache, slice(0, len(ids)))], np.array([len(ids) - 1]))
+        for _ in range(n):
+            out.append(int(np.argmax(logits[0])))
+            logits = tf.forward(np.array(out[-1:]), [Segment(cache, slice(0, 1))], np.array([0]))
+        return out
+
+    same = 0
+    for p in prompts:
+        ids = build_prompt(model_ref, GenerateRequest(request_id="b", model="m", messages=[ChatMessage(role="user", content=p)])).ids
+        a, b = greedy(model_ref, ids), greedy(model, ids)
+        same += next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), n)
+    return same, n * len(prompts)

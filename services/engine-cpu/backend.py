@@ -1,9 +1,15 @@
 """The fast CPU backend: numba kernels over weights that stay quantized.
 
-Implements fakcore.engine.backend.Backend. Weights are repacked once at load into int8 values with a
-float32 scale and offset per sub-block (formats/quants/unpack.py), float tensors stay float32; kernels
-(kernels.py) dequantize one row at a time into a per-thread buffer and never hold an f32 copy of a matrix.
-Every kernel is batch-invariant (see kernels.py), so `batch_invariant = True`: exact KV eviction relies on it.
+Implements fakcore.engine.backend.Backend. Weights are repacked once at load into small integers with a
+float32 scale and offset per sub-block (formats/quants/unpack.py); float tensors stay float32. Two ways to
+multiply, chosen by `activations`:
+
+- "f32" (default): kernels.py dequantizes one weight row at a time into a per-thread buffer and multiplies
+  float activations; argmax-exact against the f32 reference.
+- "int8": vnni.py quantizes activations to int8 per 32-element block and multiplies bytes with AVX-512
+  VNNI, as llama.cpp does: faster, and close to (not bit-equal with) the reference.
+
+Every kernel of both paths is batch-invariant, so `batch_invariant = True`: exact KV eviction relies on it.
 """
 
 from __future__ import annotations
@@ -23,26 +29,49 @@ FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
 NIBBLE_TYPES = ("Q4_0", "Q4_1", "Q4_K")  # 4-bit values: kept two to a byte
+ACTIVATIONS = ("f32", "int8")
 
 
 @dataclass
 class QMatrix:
     """A (rows, cols) weight kept as small integers with a float32 scale and offset per sub-block:
-    w = scale * q + offset. 4-bit types keep two values per byte (q uint8, (rows, subs, 16): byte j holds
-    elements j and j + 16 of its 32-element sub-block); the others one int8 per value."""
+    w = scale * q + offset.
 
-    q: np.ndarray  # (rows, subs, sub) int8, or (rows, subs, 16) uint8 nibbles
+    layout "nib": 4-bit values two to a byte, q uint8 (rows, subs, 16), byte j holding elements j (low
+                  nibble) and j + 16 (high nibble) of its 32-element sub-block;
+    layout "i8":  one int8 per value, q (rows, subs, sub);
+    layout "u8":  one byte per value shifted to 0..255 (int8 + 128, the offset corrected), for VNNI's
+                  unsigned-by-signed products, q uint8 (rows, subs, sub)."""
+
+    q: np.ndarray
     scale: np.ndarray  # (rows, subs) float32
     offset: np.ndarray  # (rows, subs) float32
     qtype: str
+    layout: str
 
     @property
     def nibbles(self) -> bool:
-        return self.q.dtype == np.uint8
+        return self.layout == "nib"
+
+    @property
+    def sub(self) -> int:
+        return 32 if self.nibbles else self.q.shape[2]
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.q.shape[0], self.q.shape[1] * (32 if self.nibbles else self.q.shape[2])
+        return self.q.shape[0], self.q.shape[1] * self.sub
+
+
+def _as_half_if_exact(values: np.ndarray) -> np.ndarray:
+    """float32 -> IEEE half bits (uint16) when every value survives the round trip exactly (scales read
+    from f16 fields do), else unchanged: the int8 kernels widen halves on load, halving scale traffic."""
+    halves = values.astype(np.float16)
+    return halves.view(np.uint16) if np.array_equal(halves.astype(np.float32), values) else values
+
+
+def _as_float(values: np.ndarray) -> np.ndarray:
+    """Scales/offsets as float32, whether stored as float32 or as half bits."""
+    return values.view(np.float16).astype(np.float32) if values.dtype == np.uint16 else np.ascontiguousarray(values)
 
 
 def pack_nibbles(q: np.ndarray) -> np.ndarray:
@@ -95,11 +124,23 @@ class NumbaBackend:
     device = "cpu"
     batch_invariant = True
 
-    def __init__(self, threads: int = 0):
+    def __init__(self, threads: int = 0, activations: str = "f32"):
         import numba
 
         from fak_engine_cpu import kernels
 
+        if activations not in ACTIVATIONS:
+            raise BackendError(f"numba backend: activations must be one of {', '.join(ACTIVATIONS)}, not {activations!r}")
+        if activations == "int8":
+            from fak_engine_cpu import vnni
+
+            missing = vnni.missing_features()
+            if missing:
+                raise BackendError(f"numba backend: int8 activations need CPU features {', '.join(missing)}, "
+                                   "which this machine lacks; use activations f32")
+            self.vnni = vnni
+            self.name = "numba-int8"
+        self.activations = activations
         self.k = kernels
         if threads:
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
@@ -128,8 +169,20 @@ class NumbaBackend:
                 if t.qtype == "Q4_0":  # values -8..7: store q + 8, fold the -8 into the offset (exact: -8d)
                     q = q + np.int8(8)
                     offset = offset - np.float32(8.0) * scale
-                q = pack_nibbles(q)
-            w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale), np.ascontiguousarray(offset), t.qtype)
+                q, layout = pack_nibbles(q), "nib"
+            elif self.activations == "int8":  # unsigned bytes for vpdpbusd (signed types: q + 128, offset - 128 d)
+                if q.min() < 0:
+                    q = (q.astype(np.int16) + 128).astype(np.uint8)
+                    offset = offset - np.float32(128.0) * scale
+                q, layout = q.astype(np.uint8), "u8"
+            else:
+                layout = "i8"
+            if self.activations == "int8":
+                scale, offset = _as_half_if_exact(scale), _as_half_if_exact(offset)
+                if scale.dtype != offset.dtype:  # one kernel reads both: keep them alike
+                    scale, offset = _as_float(scale), _as_float(offset)
+            w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale), np.ascontiguousarray(offset), t.qtype,
+                        layout)
         else:
             raise BackendError(f"{t.source}: tensor {t.name!r}: the numba backend has no kernel for {t.qtype}")
         return w
@@ -149,11 +202,11 @@ class NumbaBackend:
             return np.ascontiguousarray(np.concatenate(weights, axis=0))
         if all(isinstance(w, QMatrix) for w in weights):
             first = weights[0]
-            if all(w.q.dtype == first.q.dtype and w.q.shape[1:] == first.q.shape[1:] for w in weights):
+            if all(w.layout == first.layout and w.q.shape[1:] == first.q.shape[1:] for w in weights):
                 return QMatrix(np.ascontiguousarray(np.concatenate([w.q for w in weights])),
                                np.ascontiguousarray(np.concatenate([w.scale for w in weights])),
                                np.ascontiguousarray(np.concatenate([w.offset for w in weights])),
-                               "+".join(sorted({w.qtype for w in weights})))
+                               "+".join(sorted({w.qtype for w in weights})), first.layout)
         return None
 
     # -- ops -------------------------------------------------------------------------------------------
@@ -161,14 +214,20 @@ class NumbaBackend:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if isinstance(table, QMatrix):
             out = np.empty((len(ids), table.shape[1]), np.float32)
-            (self.k.embed_q4 if table.nibbles else self.k.embed_q)(table.q, table.scale, table.offset, ids, np.float32(scale), out)
+            q, sc, off = table.q[ids], _as_float(table.scale[ids]), _as_float(table.offset[ids])  # the rows asked for
+            rows = np.arange(len(ids), dtype=np.int64)
+            (self.k.embed_q4 if table.nibbles else self.k.embed_q)(q, sc, off, rows, np.float32(scale), out)
             return out
         x = table[ids]
         return x * np.float32(scale) if scale != 1.0 else x.copy()
 
     def linear(self, x: np.ndarray, w, bias: np.ndarray | None = None) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
-        if isinstance(w, QMatrix):
+        if isinstance(w, QMatrix) and self.activations == "int8":
+            out = np.empty((x.shape[0], w.shape[0]), np.float32)
+            layout = "nib" if w.nibbles else f"u8_{w.sub}"
+            self.vnni.LINEAR[layout, w.scale.dtype == np.uint16](w.q, w.scale, w.offset, x, out)
+        elif isinstance(w, QMatrix):
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
             (self.k.linear_q4 if w.nibbles else self.k.linear_q)(w.q, w.scale, w.offset, x, out)
         else:

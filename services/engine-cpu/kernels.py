@@ -307,47 +307,81 @@ def attention(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, start: int,
     """q (n, H, D) for positions start..start+n-1; keys_t (Hkv, D, S) (keys transposed: one row per feature)
     and values (Hkv, S, D) with S >= start+n -> out (n, H, D).
 
-    Each (query, head) pair: scores over its visible keys (accumulated feature by feature, each key in its
-    own lane: no cross-key reduction), a max-subtracted softmax, then the weighted sum of value rows in
-    position order. Nothing depends on n or on where the query sits in the call."""
+    One job per (query, key/value head) computes that head's whole query group, so every key and value row
+    is read once for the group. Per query head: scores over its visible keys, accumulated feature by
+    feature with each key in its own lane (no cross-key reduction), a max-subtracted softmax, then the
+    weighted sum of value rows in position order. Nothing depends on n or on where the query sits."""
     n, H, D = q.shape
-    group = H // keys_t.shape[0]
-    for job in prange(n * H):
-        i = job // H
-        h = job - i * H
-        kvh = h // group
+    Hkv = keys_t.shape[0]
+    G = H // Hkv
+    for job in prange(n * Hkv):
+        i = job // Hkv
+        kvh = job - i * Hkv
         pos = start + i
         lo = 0
         if window > 0 and pos - window + 1 > 0:
             lo = pos - window + 1
         count = pos + 1 - lo
-        scores = np.zeros(count, np.float32)
-        for d in range(D):
-            qd = q[i, h, d]
+        scores = np.zeros((G, count), np.float32)
+        d4 = D - D % 4
+        for d in range(0, d4, 4):  # four features per pass: one load and store of a score per four products
+            k0 = keys_t[kvh, d, lo:pos + 1]
+            k1 = keys_t[kvh, d + 1, lo:pos + 1]
+            k2 = keys_t[kvh, d + 2, lo:pos + 1]
+            k3 = keys_t[kvh, d + 3, lo:pos + 1]
+            for g in range(G):
+                qh = q[i, kvh * G + g]
+                q0, q1, q2, q3 = qh[d], qh[d + 1], qh[d + 2], qh[d + 3]
+                srow = scores[g]
+                for j in range(count):
+                    srow[j] = srow[j] + q0 * k0[j] + q1 * k1[j] + q2 * k2[j] + q3 * k3[j]
+        for d in range(d4, D):
             krow = keys_t[kvh, d, lo:pos + 1]
+            for g in range(G):
+                qd = q[i, kvh * G + g, d]
+                srow = scores[g]
+                for j in range(count):
+                    srow[j] += qd * krow[j]
+        inv = np.empty(G, np.float32)
+        for g in range(G):
+            srow = scores[g]
+            best = np.float32(-np.inf)
             for j in range(count):
-                scores[j] += qd * krow[j]
-        best = np.float32(-np.inf)
-        for j in range(count):
-            s = scores[j] * scale
-            if softcap > np.float32(0.0):
-                s = np.tanh(s / softcap) * softcap
-            scores[j] = s
-            best = max(best, s)
-        total = np.float32(0.0)
-        for j in range(count):
-            e = np.exp(scores[j] - best)
-            scores[j] = e
-            total += e
-        inv = np.float32(1.0) / total
-        o = out[i, h]
-        for d in range(D):
-            o[d] = np.float32(0.0)
-        for j in range(count):
-            p = scores[j] * inv
+                s = srow[j] * scale
+                if softcap > np.float32(0.0):
+                    s = np.tanh(s / softcap) * softcap
+                srow[j] = s
+                best = max(best, s)
+            total = np.float32(0.0)
+            for j in range(count):
+                e = np.exp(srow[j] - best)
+                srow[j] = e
+                total += e
+            inv[g] = np.float32(1.0) / total
+            o = out[i, kvh * G + g]
+            for dd in range(D):
+                o[dd] = np.float32(0.0)
+        c4 = count - count % 4
+        for j in range(0, c4, 4):  # four value rows per pass: one load and store of an output per four products
+            v0 = values[kvh, lo + j]
+            v1 = values[kvh, lo + j + 1]
+            v2 = values[kvh, lo + j + 2]
+            v3 = values[kvh, lo + j + 3]
+            for g in range(G):
+                p0 = scores[g, j] * inv[g]
+                p1 = scores[g, j + 1] * inv[g]
+                p2 = scores[g, j + 2] * inv[g]
+                p3 = scores[g, j + 3] * inv[g]
+                o = out[i, kvh * G + g]
+                for dd in range(D):
+                    o[dd] = o[dd] + p0 * v0[dd] + p1 * v1[dd] + p2 * v2[dd] + p3 * v3[dd]
+        for j in range(c4, count):
             vrow = values[kvh, lo + j]
-            for d in range(D):
-                o[d] += p * vrow[d]
+            for g in range(G):
+                p = scores[g, j] * inv[g]
+                o = out[i, kvh * G + g]
+                for dd in range(D):
+                    o[dd] += p * vrow[dd]
 
 
 @njit(parallel=True, cache=True)

@@ -27,7 +27,8 @@ async def bootstrap(svc: Service) -> None:
     if s.backend not in CPU_BACKENDS:
         raise BackendError(f"engine-cpu runs backends {', '.join(CPU_BACKENDS)}, not {s.backend!r} (use engine-cuda for cuda)")
     t0 = time.perf_counter()
-    backend = make_backend(s.backend, threads=s.threads) if s.backend == "numba" else make_backend(s.backend)
+    backend = (make_backend(s.backend, threads=s.threads, activations=s.activations) if s.backend == "numba"
+               else make_backend(s.backend))
     model = await asyncio.to_thread(load_model, s.model, backend, s.cache_dir)
     log.info("loaded %s in %.2fs", describe(model), time.perf_counter() - t0)
     await EngineWorker(svc, model, ENGINE_KIND).start()

@@ -90,3 +90,55 @@ def test_elementwise_ops_match_reference(nb):
     g, u = rng.standard_normal((2, 5, 32)).astype(np.float32)
     for act in ("silu", "gelu_tanh"):
         np.testing.assert_allclose(nb.gated(g, u, act), ref.gated(g, u, act), rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the int8-activation (AVX-512 VNNI) path
+# ---------------------------------------------------------------------------------------------------------
+
+VNNI_MISSING = __import__("fak_engine_cpu.vnni", fromlist=["missing_features"]).missing_features()
+
+
+def test_int8_path_is_explicit_about_the_cpu_it_needs():
+    from fakcore.engine.backend import BackendError
+
+    if VNNI_MISSING:  # this machine cannot run it: asking must fail loudly, naming what is missing
+        with pytest.raises(BackendError, match="avx512"):
+            NumbaBackend(activations="int8")
+    else:
+        assert NumbaBackend(activations="int8").name == "numba-int8"
+    with pytest.raises(BackendError, match="activations"):
+        NumbaBackend(activations="fp8")
+
+
+@pytest.fixture(scope="module")
+def nb8():
+    # Fails, not skips, on a CPU without VNNI: the int8 path's claims cannot be witnessed there.
+    if VNNI_MISSING:
+        pytest.fail(f"this machine lacks {VNNI_MISSING}: the int8 path cannot be tested here")
+    return NumbaBackend(activations="int8")
+
+
+@pytest.mark.parametrize("qtype", INTEGER_TYPES)
+@pytest.mark.parametrize("tokens", [1, 3, 4, 9])
+def test_int8_linear_close_to_reference_and_batch_invariant(nb8, qtype, tokens):
+    rows, cols = 37, 512  # rows not a multiple of the 4-row group: the single-row kernel runs too
+    t = quantized(qtype, rows, cols, seed=3)
+    w = nb8.matrix(t)
+    x = np.random.default_rng(tokens).standard_normal((tokens, cols)).astype(np.float32)
+    y = nb8.linear(x, w)
+    expected = x.astype(np.float64) @ ReferenceBackend().matrix(t).astype(np.float64).T
+    # activations rounded to 8 bits per 32-element block: about 0.5% of the output's scale
+    assert np.abs(y - expected).max() <= 0.02 * np.abs(expected).max()
+    for i in range(tokens):
+        assert np.array_equal(nb8.linear(x[i:i + 1], w)[0], y[i])
+
+
+def test_int8_embedding_and_fused_rows(nb8):
+    t = quantized("Q8_0", 50, 64)
+    ids = np.array([3, 0, 49, 3])
+    np.testing.assert_allclose(nb8.embed(nb8.embedding(t), ids, 1.0), t.dequantize()[ids], rtol=1e-6, atol=1e-6)
+    a, b = nb8.matrix(quantized("Q4_1", 8, 64, 1)), nb8.matrix(quantized("Q4_1", 12, 64, 2))
+    fused = nb8.fuse([a, b])
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    assert np.array_equal(nb8.linear(x, fused), np.concatenate([nb8.linear(x, a), nb8.linear(x, b)], axis=1))

@@ -1,0 +1,265 @@
+"""The int8-activation path: quantized weights x int8 activations with AVX-512 VNNI, as llama.cpp does.
+
+Per token, activations are quantized per 32-element block (x ~ dx * xq, xq int8, dx = max|x| / 127). A
+weight row is held as unsigned bytes u (0..255: 4-bit values as they are, int8 values + 128) with a scale d
+and offset m per sub-block, w = d * u + m. Then
+
+    y = sum over 32-blocks b of  d_b * dx_b * (u_b . xq_b)  +  sum over sub-blocks s of  m_s * X_s
+
+where u . xq is an exact integer dot product (one `vpdpbusd` per 32 elements: unsigned x signed bytes,
+four products summed per 32-bit lane) and X_s = dx * sum(xq) over the sub-block's elements. The integer
+sums are exact; the float work is a fixed sequence per (row, token) - so the path is batch-invariant like
+the f32 one, but not bit-equal to it (activations are rounded to 8 bits).
+
+numba cannot spell `vpdpbusd`, so the inner loop is LLVM IR emitted through `numba.extending.intrinsic`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from fak_engine_cpu.kernels import FAST
+
+REQUIRED = ("avx512vnni", "avx512vl")
+
+
+def missing_features() -> list[str]:
+    """CPU features the int8 path needs that this machine lacks (LLVM's names)."""
+    have = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}
+    return [f for f in REQUIRED if f not in have]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the VNNI dot product (LLVM IR)
+# ---------------------------------------------------------------------------------------------------------
+
+_I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+_V16I8, _V32I8, _V8I32, _V8F32 = (ir.VectorType(_I8, 16), ir.VectorType(_I8, 32), ir.VectorType(_I32, 8),
+                                   ir.VectorType(_F32, 8))
+
+
+def _splat(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    v = builder.insert_element(ir.Constant(_V8F32, None), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, 8), [0] * 8))
+
+
+def _hsum(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """Sum of 8 lanes in a fixed order: (0+4, 1+5, 2+6, 3+7), then pairs, then the last two."""
+    idx = lambda *i: ir.Constant(ir.VectorType(_I32, len(i)), list(i))  # noqa: E731
+    v4 = builder.fadd(builder.shuffle_vector(v, v, idx(0, 1, 2, 3)), builder.shuffle_vector(v, v, idx(4, 5, 6, 7)))
+    v2 = builder.fadd(builder.shuffle_vector(v4, v4, idx(0, 1)), builder.shuffle_vector(v4, v4, idx(2, 3)))
+    return builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)), builder.extract_element(v2, ir.Constant(_I32, 1)))
+
+
+def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
+    """IR writing out[t0 + k, r0 + g] (g < group, k < tokens) for consecutive weight rows and tokens:
+
+        out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb)  +  sum_s m_rs * X_ts,   scale_rt(b) = d_rb * dx_tb
+
+    Arguments: w (R, bytes per row) uint8, r0, xq (T, K) int8, t0, d (R, subs), xd (T, K/32), m (R, subs),
+    xs16 (T, K/16) = dx * sum(xq) per 16, out (T, R). Each (row, token) pair is its own accumulation chain;
+    chains are interleaved only to share loads (a row's unpacked bytes serve every token) and to hide
+    latency. A chain's operations and their order do not depend on `group` or `tokens`, so any grouping
+    gives the same bits: the kernels built on this are batch-invariant.
+
+    nibbles: u packed two per byte (16 bytes per block: low nibble element j, high element j + 16).
+    sub16:   a scale per 16 elements (lanes 0-3 and 4-7 of a block's partial sums get different scales).
+    half:    d and m hold IEEE half floats (uint16 bits), widened on load (vcvtph2ps): half the bytes."""
+
+    def codegen(context, builder, signature, args):
+        arrays = [context.make_array(t)(context, builder, a) if isinstance(t, types.Array) else a
+                  for t, a in zip(signature.args, args, strict=True)]
+        w, r0, xq, t0, d, xd, m, xs16, out = arrays
+        blocks = builder.extract_value(xd.shape, 1)
+        module = builder.module
+        vpdpbusd = module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.256",
+                                            fnty=ir.FunctionType(_V8I32, [_V8I32, _V8I32, _V8I32]))
+        fma = module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F32, [_V8F32, _V8F32, _V8F32]))
+        i8p = _I8.as_pointer()
+        prefetch = module.declare_intrinsic("llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]))
+        hp = ir.IntType(16).as_pointer() if half else _F32.as_pointer()
+        one, two = ir.Constant(_I64, 1), ir.Constant(_I64, 2)
+        const = lambda v: ir.Constant(_I64, v)  # noqa: E731
+
+        def rows_of(arr, first, count, ty):
+            stride = builder.extract_value(arr.strides, 0)
+            base = builder.bitcast(arr.data, i8p)
+            return [builder.bitcast(builder.gep(base, [builder.mul(builder.add(first, const(i)), stride)]), ty)
+                    for i in range(count)], stride
+
+        def scalar(ptr):  # one weight scale or offset as float
+            value = builder.load(ptr)
+            return builder.fpext(builder.bitcast(value, ir.HalfType()), _F32) if half else value
+
+        wrows, w_stride = rows_of(w, r0, group, i8p)
+        drows, d_stride = rows_of(d, r0, group, hp)
+        mrows, m_stride = rows_of(m, r0, group, hp)
+        xrows, _ = rows_of(xq, t0, tokens, i8p)
+        xdrows, _ = rows_of(xd, t0, tokens, _F32.as_pointer())
+        xsrows, _ = rows_of(xs16, t0, tokens, _F32.as_pointer())
+        orows, _ = rows_of(out, t0, tokens, _F32.as_pointer())
+        chains = [(g, k) for g in range(group) for k in range(tokens)]
+
+        entry = builder.block
+        loop = builder.append_basic_block("vnni.loop")
+        done = builder.append_basic_block("vnni.done")
+        builder.cbranch(builder.icmp_signed(">", blocks, const(0)), loop, done)
+
+        builder.position_at_end(loop)
+        b = builder.phi(_I64)
+        b.add_incoming(const(0), entry)
+        accs, offs = {}, {}
+        for c in chains:
+            accs[c], offs[c] = builder.phi(_V8F32), builder.phi(_F32)
+            accs[c].add_incoming(ir.Constant(_V8F32, None), entry)
+            offs[c].add_incoming(ir.Constant(_F32, 0.0), entry)
+        two_b = builder.mul(b, two)
+        # prefetch this block of the rows PREFETCH_GROUPS groups further down (and their scales)
+        ahead = builder.add(builder.mul(b, const(16 if nibbles else 32)), builder.mul(w_stride, const(PREFETCH_GROUPS * group)))
+        for g in range(group):
+            builder.call(prefetch, [builder.gep(wrows[g], [ahead]), ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        for first, stride in ((drows[0], d_stride), (mrows[0], m_stride)):
+            far = builder.gep(builder.bitcast(first, i8p), [builder.mul(stride, const(PREFETCH_GROUPS * group))])
+            builder.call(prefetch, [far, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        # the tokens' side of this block
+        xs, dxs, x0s, x1s = [], [], [], []
+        for k in range(tokens):
+            x = builder.load(builder.bitcast(builder.gep(xrows[k], [builder.mul(b, const(32))]), _V32I8.as_pointer()), align=1)
+            xs.append(builder.bitcast(x, _V8I32))
+            dxs.append(builder.load(builder.gep(xdrows[k], [b])))
+            x0s.append(builder.load(builder.gep(xsrows[k], [two_b])))
+            x1s.append(builder.load(builder.gep(xsrows[k], [builder.add(two_b, one)])))
+        new_accs, new_offs = {}, {}
+        for g in range(group):
+            if nibbles:
+                packed = builder.load(builder.bitcast(builder.gep(wrows[g], [builder.mul(b, const(16))]), _V16I8.as_pointer()),
+                                      align=1)
+                mask = ir.Constant(_V16I8, [15] * 16)
+                lo = builder.and_(packed, mask)
+                hi = builder.and_(builder.lshr(packed, ir.Constant(_V16I8, [4] * 16)), mask)
+                u = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+            else:
+                u = builder.load(builder.bitcast(builder.gep(wrows[g], [builder.mul(b, const(32))]), _V32I8.as_pointer()),
+                                 align=1)
+            u = builder.bitcast(u, _V8I32)
+            if sub16:
+                d0, d1 = scalar(builder.gep(drows[g], [two_b])), scalar(builder.gep(drows[g], [builder.add(two_b, one)]))
+                m0, m1 = scalar(builder.gep(mrows[g], [two_b])), scalar(builder.gep(mrows[g], [builder.add(two_b, one)]))
+            else:
+                dg, mg = scalar(builder.gep(drows[g], [b])), scalar(builder.gep(mrows[g], [b]))
+            for k in range(tokens):
+                c = (g, k)
+                isum = builder.call(vpdpbusd, [ir.Constant(_V8I32, None), u, xs[k]])
+                if sub16:
+                    s0, s1 = _splat(builder, builder.fmul(d0, dxs[k])), _splat(builder, builder.fmul(d1, dxs[k]))
+                    scale = builder.shuffle_vector(s0, s1, ir.Constant(ir.VectorType(_I32, 8), [0, 1, 2, 3, 12, 13, 14, 15]))
+                    new_offs[c] = builder.fadd(builder.fadd(offs[c], builder.fmul(m0, x0s[k])), builder.fmul(m1, x1s[k]))
+                else:
+                    scale = _splat(builder, builder.fmul(dg, dxs[k]))
+                    new_offs[c] = builder.fadd(offs[c], builder.fmul(mg, builder.fadd(x0s[k], x1s[k])))
+                new_accs[c] = builder.call(fma, [builder.sitofp(isum, _V8F32), scale, accs[c]])
+        b2 = builder.add(b, one)
+        b.add_incoming(b2, builder.block)
+        for c in chains:
+            accs[c].add_incoming(new_accs[c], builder.block)
+            offs[c].add_incoming(new_offs[c], builder.block)
+        builder.cbranch(builder.icmp_signed("<", b2, blocks), loop, done)
+
+        builder.position_at_end(done)
+        finals = {}
+        for c in chains:  # every phi first: LLVM wants them at the top of the block
+            acc = builder.phi(_V8F32)
+            acc.add_incoming(ir.Constant(_V8F32, None), entry)
+            acc.add_incoming(new_accs[c], loop)
+            off = builder.phi(_F32)
+            off.add_incoming(ir.Constant(_F32, 0.0), entry)
+            off.add_incoming(new_offs[c], loop)
+            finals[c] = (acc, off)
+        for (g, k), (acc, off) in finals.items():
+            builder.store(builder.fadd(_hsum(builder, acc), off), builder.gep(orows[k], [builder.add(r0, const(g))]))
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _make_rows(nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
+    @intrinsic
+    def rows(typingctx, w, r0, xq, t0, d, xd, m, xs16, out):
+        return types.none(w, r0, xq, t0, d, xd, m, xs16, out), _rows_codegen(nibbles, sub16, group, tokens, half)
+
+    return rows
+
+
+PREFETCH_GROUPS = 2  # software prefetch distance, in groups of rows
+GROUP = 4  # rows per call: independent accumulation chains keep the FMA pipeline busy
+TOKENS = 4  # tokens per call when there are several: a row's unpacked bytes serve all of them
+# (layout, scales stored as half) -> intrinsics for (4 rows x 4 tokens, 4 x 1, 1 x 1)
+ROWS = {(layout, half): tuple(_make_rows(layout == "nib", layout == "u8_16", g, t, half)
+                              for g, t in ((GROUP, TOKENS), (GROUP, 1), (1, 1)))
+        for layout in ("nib", "u8_32", "u8_16") for half in (False, True)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# activations and the matmul kernels
+# ---------------------------------------------------------------------------------------------------------
+
+
+@njit(fastmath=FAST, cache=True)
+def quantize_activations(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np.ndarray) -> None:
+    """x (T, K) f32 -> xq (T, K) int8, xd (T, K/32) block scales, xs16 (T, K/16) = dx * sum(xq) per 16.
+
+    xq = round-half-to-even(x / dx) with dx = max|x| / 127 per 32-element block (0 for an all-zero block)."""
+    T, K = x.shape
+    for t in range(T):
+        for b in range(K // 32):
+            blk = x[t, b * 32:b * 32 + 32]
+            amax = np.float32(0.0)
+            for j in range(32):
+                amax = max(amax, abs(blk[j]))
+            d = amax / np.float32(127.0)
+            inv = np.float32(127.0) / amax if amax > np.float32(0.0) else np.float32(0.0)
+            xd[t, b] = d
+            out = xq[t, b * 32:b * 32 + 32]
+            for j in range(32):
+                out[j] = np.int8(np.rint(blk[j] * inv))
+            for half in range(2):
+                total = 0
+                for j in range(16):
+                    total += out[half * 16 + j]
+                xs16[t, b * 2 + half] = d * np.float32(total)
+
+
+def _make_linear(four_many, four_one, one_one):
+    @njit(parallel=True, cache=True)
+    def linear(u, d, m, x, out):
+        """Weights u (R, subs, bytes) uint8 x activations x (T, K) f32, quantized here to int8 -> out (T, R):
+        four rows and four tokens at a time; every output element comes from its own (row, token) chain
+        (see _rows_codegen), whatever the grouping."""
+        T, K = x.shape
+        xq = np.empty((T, K), np.int8)
+        xd = np.empty((T, K // 32), np.float32)
+        xs16 = np.empty((T, K // 16), np.float32)
+        quantize_activations(x, xq, xd, xs16)
+        R = u.shape[0]
+        rows = u.reshape(R, u.shape[1] * u.shape[2])
+        for g in prange((R + GROUP - 1) // GROUP):
+            r0 = g * GROUP
+            if r0 + GROUP <= R:
+                full = T - T % TOKENS
+                for t in range(0, full, TOKENS):
+                    four_many(rows, r0, xq, t, d, xd, m, xs16, out)
+                for t in range(full, T):
+                    four_one(rows, r0, xq, t, d, xd, m, xs16, out)
+            else:
+                for r in range(r0, R):
+                    for t in range(T):
+                        one_one(rows, r, xq, t, d, xd, m, xs16, out)
+
+    return linear
+
+
+LINEAR = {key: _make_linear(*kernels) for key, kernels in ROWS.items()}
