@@ -28,6 +28,8 @@ def backend(name: str) -> Any:
     if name == "rowwise":
         return RowwiseBackend()
     try:
+        if name == "numba-int8":
+            return make_backend("numba", activations="int8")
         return make_backend(name)
     except BackendError as exc:
         pytest.fail(f"the {name} backend is not available ({exc}); the KV-MMU's bit-identity claims are proven on it")

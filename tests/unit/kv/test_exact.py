@@ -21,7 +21,8 @@ from fakcore.engine.kvmanager import evict_cache, prefill
 from fakcore.protocol import block_id
 from tests.unit.kv.support import INJECTION, Run, conversation, filled, greedy, model, probed, sequence
 
-CASES = [("synthetic", "rowwise"), ("synthetic", "numba"), pytest.param(("smollm2-135m", "numba"), marks=pytest.mark.slow, id="smollm2-135m-numba")]
+CASES = [("synthetic", "rowwise"), ("synthetic", "numba"), pytest.param(("smollm2-135m", "numba"), marks=pytest.mark.slow, id="smollm2-135m-numba"),
+         pytest.param(("smollm2-135m", "numba-int8"), marks=pytest.mark.slow, id="smollm2-135m-numba-int8")]
 STEPS = 32  # greedy logits compared after an exact eviction (the claim)
 
 
@@ -63,7 +64,8 @@ def block_of(spans, which: str) -> str:
 EVICTIONS = [pytest.param((name, backend, where), id=f"{name}-{backend}-{where}", marks=[pytest.mark.slow] if name != "synthetic" else [])
              for name, backend, wheres in [("synthetic", "rowwise", ("start", "middle", "end")),
                                            ("synthetic", "numba", ("start", "middle", "end")),
-                                           ("smollm2-135m", "numba", ("middle",))] for where in wheres]
+                                           ("smollm2-135m", "numba", ("middle",)),
+                                           ("smollm2-135m", "numba-int8", ("middle",))] for where in wheres]
 
 
 @pytest.mark.parametrize("case", EVICTIONS)
