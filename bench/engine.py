@@ -105,7 +105,7 @@ def fak_streams(model, streams: int, tokens: int = 32) -> float:
     return (sum(len(s.generated) for s in seqs) - produced0) / dt
 
 
-def start_times(model: str, backend: str, threads: int) -> tuple[float, float]:
+def start_times(model: str, backend: str, threads: int, activations: str = "f32") -> tuple[float, float]:
     """Seconds for a fresh process to load the model and run its first forward pass: with an empty numba
     cache (cold: every kernel compiles), then again with that cache (warm)."""
     import sys
@@ -113,7 +113,8 @@ def start_times(model: str, backend: str, threads: int) -> tuple[float, float]:
 
     code = ("import time,numpy as np;t=time.perf_counter();"
             "from fakcore.engine.loader import load_model,make_backend;from fakcore.engine.backend import Segment;"
-            f"m=load_model({model!r},make_backend({backend!r},threads={threads}) if {backend!r}=='numba' else make_backend({backend!r}));"
+            f"m=load_model({model!r},make_backend({backend!r},threads={threads},activations={activations!r}) "
+            f"if {backend!r}=='numba' else make_backend({backend!r}));"
             "c=m.transformer.new_cache();m.transformer.forward(np.arange(8),[Segment(c,slice(0,8))],np.array([7]));"
             "m.transformer.forward(np.arange(1),[Segment(c,slice(0,1))],np.array([0]));print(time.perf_counter()-t)")
     with tempfile.TemporaryDirectory(prefix="fak-numba-cache-") as cache:
@@ -180,12 +181,13 @@ def main(argv: list[str]) -> int:
     streams = {name: {int(n): fak_streams(model, int(n)) for n in args.streams.split(",")} for name, model in models.items()}
     agreement = {name: greedy_agreement(models[name], model_ref=load_model(args.model, make_backend("reference")))
                  for name in models if "int8" in name}
-    cold, warm = start_times(args.model, args.backend, args.threads)
+    starts = {mode: start_times(args.model, args.backend, args.threads, mode) for mode in modes if mode}
 
     ref = dict(rows).get("llama.cpp")
     lines = [f"model {args.model} ({gguf.name}), threads {args.threads}, machine: {machine()}, commit {commit()}",
              "fak load time: " + ", ".join(f"{n} {s:.2f} s" for n, s in loads.items()),
-             f"process start to first token (f32 path): cold (empty numba cache) {cold:.1f} s, warm {warm:.1f} s", "",
+             "process start to first token, cold (empty numba cache) / warm: "
+             + ", ".join(f"{mode} activations {c:.1f} s / {w:.1f} s" for mode, (c, w) in starts.items()), "",
              f"| system | {pp} tok/s | {tg} tok/s | {pp} fak/llama.cpp | {tg} fak/llama.cpp |", "|---|---|---|---|---|"]
     for name, r in rows:
         ratio = (f"{r[pp] / ref[pp]:.2f} | {r[tg] / ref[tg]:.2f}") if ref else "- | -"

@@ -197,10 +197,10 @@ def _make_rows(nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
 PREFETCH_GROUPS = 2  # software prefetch distance, in groups of rows
 GROUP = 4  # rows per call: independent accumulation chains keep the FMA pipeline busy
 TOKENS = 4  # tokens per call when there are several: a row's unpacked bytes serve all of them
-# (layout, scales stored as half) -> intrinsics for (4 rows x 4 tokens, 4 x 1, 1 x 1)
-ROWS = {(layout, half): tuple(_make_rows(layout == "nib", layout == "u8_16", g, t, half)
-                              for g, t in ((GROUP, TOKENS), (GROUP, 1), (1, 1)))
-        for layout in ("nib", "u8_32", "u8_16") for half in (False, True)}
+# One numbered kind per (layout, scales stored as half); each has intrinsics for 4 rows x 4 tokens, 4 x 1, 1 x 1.
+KINDS = [("nib", False), ("nib", True), ("u8_32", False), ("u8_32", True), ("u8_16", False), ("u8_16", True)]
+N0, N1, N2, N3, N4, N5 = (tuple(_make_rows(layout == "nib", layout == "u8_16", g, t, half)
+                                for g, t in ((GROUP, TOKENS), (GROUP, 1), (1, 1))) for layout, half in KINDS)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -233,8 +233,7 @@ def quantize_activations(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np
                 xs16[t, b * 2 + half] = d * np.float32(total)
 
 
-def _make_linear(four_many, four_one, one_one):
-    @njit(parallel=True, cache=True)
+def _make_linear(name, four_many, four_one, one_one):
     def linear(u, d, m, x, out):
         """Weights u (R, subs, bytes) uint8 x activations x (T, K) f32, quantized here to int8 -> out (T, R):
         four rows and four tokens at a time; every output element comes from its own (row, token) chain
@@ -259,7 +258,11 @@ def _make_linear(four_many, four_one, one_one):
                     for t in range(T):
                         one_one(rows, r, xq, t, d, xd, m, xs16, out)
 
-    return linear
+    # numba's on-disk cache is indexed by a function's qualified name and line: each variant gets its own
+    # name, so no variant can ever be served another's compiled code.
+    linear.__name__ = linear.__qualname__ = name
+    return njit(parallel=True, cache=True)(linear)
 
 
-LINEAR = {key: _make_linear(*kernels) for key, kernels in ROWS.items()}
+LINEAR = {(layout, half): _make_linear(f"linear_{layout}_{'f16' if half else 'f32'}", *kernels)
+          for (layout, half), kernels in zip(KINDS, (N0, N1, N2, N3, N4, N5), strict=True)}
