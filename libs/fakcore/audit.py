@@ -7,12 +7,11 @@ Operators read it through a gateway (`GET /v1/fak/audit`), or with any JetStream
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import nats
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
+from fakcore.bus import ensure_stream
 from fakcore.protocol import subjects
 
 MAX_RECORDS = 5_000_000
@@ -21,16 +20,6 @@ MAX_AGE_S = 90 * 24 * 3600
 
 async def ensure_audit_stream(nc: Any) -> Any:
     """Create (or update) the audit stream; returns the JetStream context."""
-    js = nc.jetstream()
-    config = StreamConfig(name=subjects.AUDIT_STREAM, subjects=["fak.v1.audit.>"], retention=RetentionPolicy.LIMITS,
-                          storage=StorageType.FILE, max_msgs=MAX_RECORDS, max_age=MAX_AGE_S)
-    for attempt in range(20):
-        try:
-            try:
-                await js.add_stream(config)
-            except nats.js.errors.BadRequestError:
-                await js.update_stream(config)
-            return js
-        except (nats.js.errors.ServiceUnavailableError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            await asyncio.sleep(0.25 * (attempt + 1))
-    raise ConnectionError("JetStream is not available on the NATS server (start it with -js)")
+    return await ensure_stream(nc, StreamConfig(name=subjects.AUDIT_STREAM, subjects=["fak.v1.audit.>"],
+                                                retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
+                                                max_msgs=MAX_RECORDS, max_age=MAX_AGE_S))

@@ -130,17 +130,10 @@ async def request(nc: NATS, subject: str, payload: bytes, decoder: msgspec.msgpa
     return decoder.decode(msg.data)
 
 
-async def ensure_streams(nc: NATS) -> Any:
-    """Create (or update) the JetStream stream holding quarantine verdicts; returns the JetStream context."""
+async def ensure_stream(nc: NATS, config: StreamConfig) -> Any:
+    """Create (or update) a JetStream stream; returns the JetStream context. Retries while a fresh server's
+    JetStream is still starting, then fails clearly."""
     js = nc.jetstream()
-    config = StreamConfig(
-        name=subjects.VERDICT_STREAM,
-        subjects=["fak.v1.verdict.>"],
-        retention=RetentionPolicy.LIMITS,  # every consumer (each gateway, the kvmmu) reads every verdict
-        storage=StorageType.FILE,
-        max_age=30 * 24 * 3600,
-        duplicate_window=120,
-    )
     for attempt in range(20):
         try:
             try:
@@ -149,6 +142,17 @@ async def ensure_streams(nc: NATS) -> Any:
                 await js.update_stream(config)
             return js
         except (nats.js.errors.ServiceUnavailableError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            # JetStream is still starting (fresh server) - bounded retry.
             await asyncio.sleep(0.25 * (attempt + 1))
     raise ConnectionError("JetStream is not available on the NATS server (start it with -js)")
+
+
+async def ensure_streams(nc: NATS) -> Any:
+    """The stream holding quarantine verdicts; returns the JetStream context."""
+    return await ensure_stream(nc, StreamConfig(
+        name=subjects.VERDICT_STREAM,
+        subjects=["fak.v1.verdict.>"],
+        retention=RetentionPolicy.LIMITS,  # every consumer (each gateway, the kvmmu) reads every verdict
+        storage=StorageType.FILE,
+        max_age=30 * 24 * 3600,
+        duplicate_window=120,
+    ))
