@@ -177,10 +177,8 @@ class NumbaBackend:
                 q, layout = q.astype(np.uint8), "u8"
             else:
                 layout = "i8"
-            if self.activations == "int8":
-                scale, offset = _as_half_if_exact(scale), _as_half_if_exact(offset)
-                if scale.dtype != offset.dtype:  # one kernel reads both: keep them alike
-                    scale, offset = _as_float(scale), _as_float(offset)
+            if self.activations == "int8":  # offsets stay float32: their share is summed outside the VNNI loop
+                scale = _as_half_if_exact(scale)
             w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale), np.ascontiguousarray(offset), t.qtype,
                         layout)
         else:

@@ -58,22 +58,22 @@ def _hsum(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
 def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
     """IR writing out[t0 + k, r0 + g] (g < group, k < tokens) for consecutive weight rows and tokens:
 
-        out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb)  +  sum_s m_rs * X_ts,   scale_rt(b) = d_rb * dx_tb
+        out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb),   scale_rt(b) = d_rb * dx_tb
 
-    Arguments: w (R, bytes per row) uint8, r0, xq (T, K) int8, t0, d (R, subs), xd (T, K/32), m (R, subs),
-    xs16 (T, K/16) = dx * sum(xq) per 16, out (T, R). Each (row, token) pair is its own accumulation chain;
+    Arguments: w (R, bytes per row) uint8, r0, xq (T, K) int8, t0, d (R, subs), xd (T, K/32), out (T, R);
+    the offsets' share (sum_s m_rs * X_ts) is added by the caller. Each (row, token) pair is its own accumulation chain;
     chains are interleaved only to share loads (a row's unpacked bytes serve every token) and to hide
     latency. A chain's operations and their order do not depend on `group` or `tokens`, so any grouping
     gives the same bits: the kernels built on this are batch-invariant.
 
     nibbles: u packed two per byte (16 bytes per block: low nibble element j, high element j + 16).
     sub16:   a scale per 16 elements (lanes 0-3 and 4-7 of a block's partial sums get different scales).
-    half:    d and m hold IEEE half floats (uint16 bits), widened on load (vcvtph2ps): half the bytes."""
+    half:    d holds IEEE half floats (uint16 bits), widened on load (vcvtph2ps): half the bytes."""
 
     def codegen(context, builder, signature, args):
         arrays = [context.make_array(t)(context, builder, a) if isinstance(t, types.Array) else a
                   for t, a in zip(signature.args, args, strict=True)]
-        w, r0, xq, t0, d, xd, m, xs16, out = arrays
+        w, r0, xq, t0, d, xd, out = arrays
         blocks = builder.extract_value(xd.shape, 1)
         module = builder.module
         vpdpbusd = module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.256",
@@ -97,10 +97,8 @@ def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: boo
 
         wrows, w_stride = rows_of(w, r0, group, i8p)
         drows, d_stride = rows_of(d, r0, group, hp)
-        mrows, m_stride = rows_of(m, r0, group, hp)
         xrows, _ = rows_of(xq, t0, tokens, i8p)
         xdrows, _ = rows_of(xd, t0, tokens, _F32.as_pointer())
-        xsrows, _ = rows_of(xs16, t0, tokens, _F32.as_pointer())
         orows, _ = rows_of(out, t0, tokens, _F32.as_pointer())
         chains = [(g, k) for g in range(group) for k in range(tokens)]
 
@@ -112,28 +110,24 @@ def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: boo
         builder.position_at_end(loop)
         b = builder.phi(_I64)
         b.add_incoming(const(0), entry)
-        accs, offs = {}, {}
+        accs = {}
         for c in chains:
-            accs[c], offs[c] = builder.phi(_V8F32), builder.phi(_F32)
+            accs[c] = builder.phi(_V8F32)
             accs[c].add_incoming(ir.Constant(_V8F32, None), entry)
-            offs[c].add_incoming(ir.Constant(_F32, 0.0), entry)
         two_b = builder.mul(b, two)
         # prefetch this block of the rows PREFETCH_GROUPS groups further down (and their scales)
         ahead = builder.add(builder.mul(b, const(16 if nibbles else 32)), builder.mul(w_stride, const(PREFETCH_GROUPS * group)))
         for g in range(group):
             builder.call(prefetch, [builder.gep(wrows[g], [ahead]), ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
-        for first, stride in ((drows[0], d_stride), (mrows[0], m_stride)):
-            far = builder.gep(builder.bitcast(first, i8p), [builder.mul(stride, const(PREFETCH_GROUPS * group))])
-            builder.call(prefetch, [far, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        far = builder.gep(builder.bitcast(drows[0], i8p), [builder.mul(d_stride, const(PREFETCH_GROUPS * group))])
+        builder.call(prefetch, [far, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
         # the tokens' side of this block
-        xs, dxs, x0s, x1s = [], [], [], []
+        xs, dxs = [], []
         for k in range(tokens):
             x = builder.load(builder.bitcast(builder.gep(xrows[k], [builder.mul(b, const(32))]), _V32I8.as_pointer()), align=1)
             xs.append(builder.bitcast(x, _V8I32))
             dxs.append(builder.load(builder.gep(xdrows[k], [b])))
-            x0s.append(builder.load(builder.gep(xsrows[k], [two_b])))
-            x1s.append(builder.load(builder.gep(xsrows[k], [builder.add(two_b, one)])))
-        new_accs, new_offs = {}, {}
+        new_accs = {}
         for g in range(group):
             if nibbles:
                 packed = builder.load(builder.bitcast(builder.gep(wrows[g], [builder.mul(b, const(16))]), _V16I8.as_pointer()),
@@ -148,25 +142,21 @@ def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: boo
             u = builder.bitcast(u, _V8I32)
             if sub16:
                 d0, d1 = scalar(builder.gep(drows[g], [two_b])), scalar(builder.gep(drows[g], [builder.add(two_b, one)]))
-                m0, m1 = scalar(builder.gep(mrows[g], [two_b])), scalar(builder.gep(mrows[g], [builder.add(two_b, one)]))
             else:
-                dg, mg = scalar(builder.gep(drows[g], [b])), scalar(builder.gep(mrows[g], [b]))
+                dg = scalar(builder.gep(drows[g], [b]))
             for k in range(tokens):
                 c = (g, k)
                 isum = builder.call(vpdpbusd, [ir.Constant(_V8I32, None), u, xs[k]])
                 if sub16:
                     s0, s1 = _splat(builder, builder.fmul(d0, dxs[k])), _splat(builder, builder.fmul(d1, dxs[k]))
                     scale = builder.shuffle_vector(s0, s1, ir.Constant(ir.VectorType(_I32, 8), [0, 1, 2, 3, 12, 13, 14, 15]))
-                    new_offs[c] = builder.fadd(builder.fadd(offs[c], builder.fmul(m0, x0s[k])), builder.fmul(m1, x1s[k]))
                 else:
                     scale = _splat(builder, builder.fmul(dg, dxs[k]))
-                    new_offs[c] = builder.fadd(offs[c], builder.fmul(mg, builder.fadd(x0s[k], x1s[k])))
                 new_accs[c] = builder.call(fma, [builder.sitofp(isum, _V8F32), scale, accs[c]])
         b2 = builder.add(b, one)
         b.add_incoming(b2, builder.block)
         for c in chains:
             accs[c].add_incoming(new_accs[c], builder.block)
-            offs[c].add_incoming(new_offs[c], builder.block)
         builder.cbranch(builder.icmp_signed("<", b2, blocks), loop, done)
 
         builder.position_at_end(done)
@@ -175,12 +165,9 @@ def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: boo
             acc = builder.phi(_V8F32)
             acc.add_incoming(ir.Constant(_V8F32, None), entry)
             acc.add_incoming(new_accs[c], loop)
-            off = builder.phi(_F32)
-            off.add_incoming(ir.Constant(_F32, 0.0), entry)
-            off.add_incoming(new_offs[c], loop)
-            finals[c] = (acc, off)
-        for (g, k), (acc, off) in finals.items():
-            builder.store(builder.fadd(_hsum(builder, acc), off), builder.gep(orows[k], [builder.add(r0, const(g))]))
+            finals[c] = acc
+        for (g, k), acc in finals.items():
+            builder.store(_hsum(builder, acc), builder.gep(orows[k], [builder.add(r0, const(g))]))
         return context.get_dummy_value()
 
     return codegen
@@ -188,8 +175,8 @@ def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: boo
 
 def _make_rows(nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
     @intrinsic
-    def rows(typingctx, w, r0, xq, t0, d, xd, m, xs16, out):
-        return types.none(w, r0, xq, t0, d, xd, m, xs16, out), _rows_codegen(nibbles, sub16, group, tokens, half)
+    def rows(typingctx, w, r0, xq, t0, d, xd, out):
+        return types.none(w, r0, xq, t0, d, xd, out), _rows_codegen(nibbles, sub16, group, tokens, half)
 
     return rows
 
@@ -233,16 +220,35 @@ def quantize_activations(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np
                 xs16[t, b * 2 + half] = d * np.float32(total)
 
 
-def _make_linear(name, four_many, four_one, one_one):
+@njit(fastmath=FAST, inline="always", cache=True)
+def _offset(m: np.ndarray, X: np.ndarray, r: int, t: int) -> np.float32:
+    """sum over sub-blocks s of m[r, s] * X[t, s]: the offsets' share of one output element."""
+    mr = m[r]
+    xt = X[t]
+    total = np.float32(0.0)
+    for s in range(mr.shape[0]):
+        total += mr[s] * xt[s]
+    return total
+
+
+def _make_linear(name, four_many, four_one, one_one, sub16):
     def linear(u, d, m, x, out):
-        """Weights u (R, subs, bytes) uint8 x activations x (T, K) f32, quantized here to int8 -> out (T, R):
-        four rows and four tokens at a time; every output element comes from its own (row, token) chain
-        (see _rows_codegen), whatever the grouping."""
+        """Weights u (R, subs, bytes) uint8 with scales d and float32 offsets m (R, subs) x activations x
+        (T, K) f32, quantized here to int8 -> out (T, R): four rows and four tokens at a time through the
+        VNNI intrinsics, plus each element's offset share (a short dot over the sub-blocks). Every output
+        element comes from its own (row, token) computation (see _rows_codegen), whatever the grouping."""
         T, K = x.shape
         xq = np.empty((T, K), np.int8)
         xd = np.empty((T, K // 32), np.float32)
         xs16 = np.empty((T, K // 16), np.float32)
         quantize_activations(x, xq, xd, xs16)
+        if sub16:
+            X = xs16
+        else:  # per 32-element sub-block
+            X = np.empty((T, K // 32), np.float32)
+            for t in range(T):
+                for b in range(K // 32):
+                    X[t, b] = xs16[t, 2 * b] + xs16[t, 2 * b + 1]
         R = u.shape[0]
         rows = u.reshape(R, u.shape[1] * u.shape[2])
         for g in prange((R + GROUP - 1) // GROUP):
@@ -250,13 +256,16 @@ def _make_linear(name, four_many, four_one, one_one):
             if r0 + GROUP <= R:
                 full = T - T % TOKENS
                 for t in range(0, full, TOKENS):
-                    four_many(rows, r0, xq, t, d, xd, m, xs16, out)
+                    four_many(rows, r0, xq, t, d, xd, out)
                 for t in range(full, T):
-                    four_one(rows, r0, xq, t, d, xd, m, xs16, out)
+                    four_one(rows, r0, xq, t, d, xd, out)
             else:
                 for r in range(r0, R):
                     for t in range(T):
-                        one_one(rows, r, xq, t, d, xd, m, xs16, out)
+                        one_one(rows, r, xq, t, d, xd, out)
+            for r in range(r0, min(R, r0 + GROUP)):
+                for t in range(T):
+                    out[t, r] += _offset(m, X, r, t)
 
     # numba's on-disk cache is indexed by a function's qualified name and line: each variant gets its own
     # name, so no variant can ever be served another's compiled code.
@@ -264,5 +273,5 @@ def _make_linear(name, four_many, four_one, one_one):
     return njit(parallel=True, cache=True)(linear)
 
 
-LINEAR = {(layout, half): _make_linear(f"linear_{layout}_{'f16' if half else 'f32'}", *kernels)
+LINEAR = {(layout, half): _make_linear(f"linear_{layout}_{'f16' if half else 'f32'}", *kernels, layout == "u8_16")
           for (layout, half), kernels in zip(KINDS, (N0, N1, N2, N3, N4, N5), strict=True)}
