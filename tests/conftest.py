@@ -5,6 +5,7 @@ Every process a fixture starts is stopped in its finaliser, also when the test f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Iterator
@@ -41,13 +42,11 @@ def base_settings(nats_url: str, **overrides: object) -> Settings:
                          worker_stale_s=3.0, **overrides)
 
 
-@pytest.fixture(scope="module")
-def topology(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
-    """adjudicator, kvmmu, one engine-cpu worker (synthetic) and the gateway; 'ghost' is routed but unserved."""
-    settings = base_settings(nats_server.url, models=("synthetic", "ghost"))
-    topo = Topology(settings, log_dir=tmp_path_factory.mktemp("logs"))
+@contextlib.contextmanager
+def running(topo: Topology, timeout: float = 90) -> Iterator[Topology]:
+    """Start a topology (its logs printed if it fails to), yield it, stop every process it started."""
     try:
-        topo.start(timeout=90)
+        topo.start(timeout=timeout)
     except BaseException:
         _dump_logs(topo.log_dir)
         raise
@@ -55,6 +54,14 @@ def topology(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory
         yield topo
     finally:
         topo.stop()
+
+
+@pytest.fixture(scope="module")
+def topology(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+    """adjudicator, kvmmu, one engine-cpu worker (synthetic) and the gateway; 'ghost' is routed but unserved."""
+    settings = base_settings(nats_server.url, models=("synthetic", "ghost"))
+    with running(Topology(settings, log_dir=tmp_path_factory.mktemp("logs"))) as topo:
+        yield topo
 
 
 def _dump_logs(log_dir: Path | None) -> None:

@@ -34,7 +34,7 @@ from fakcore.protocol import (
     encode,
     subjects,
 )
-from tests.conftest import _dump_logs, base_settings
+from tests.conftest import base_settings, running
 
 WORKER = f"kv-test-{uuid.uuid4().hex[:6]}"
 HOLD_TIMEOUT_S = 4.0
@@ -43,16 +43,8 @@ HOLD_TIMEOUT_S = 4.0
 @pytest.fixture(scope="module")
 def topo(nats_server, tmp_path_factory):
     settings = base_settings(nats_server.url, worker_id=WORKER, hold_timeout_s=HOLD_TIMEOUT_S, kv_min_prefix=8)
-    t = Topology(settings, services=("kvmmu", "engine-cpu"), log_dir=tmp_path_factory.mktemp("kv-logs"))
-    try:
-        t.start(timeout=90)
-    except BaseException:
-        _dump_logs(t.log_dir)
-        raise
-    try:
+    with running(Topology(settings, services=("kvmmu", "engine-cpu"), log_dir=tmp_path_factory.mktemp("kv-logs")), timeout=90) as t:
         yield t
-    finally:
-        t.stop()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from fakcore.engine.scheduler import Scheduler
 from fakcore.engine.sequence import Sequence, prepare
 from fakcore.protocol import ChatMessage, GenerateRequest, Sampling
-from tests.conftest import _dump_logs, base_settings
+from tests.conftest import base_settings, running
 from tests.unit.kv.support import model
 
 PREFIX = ("You are the support agent of a small hardware shop. Answer in plain English, keep answers short, never "
@@ -29,16 +29,8 @@ def topo(nats_server, tmp_path_factory):
     from fakcore.launcher import Topology
 
     assert len(PREFIX) >= 200
-    t = Topology(base_settings(nats_server.url, backend="numba"), log_dir=tmp_path_factory.mktemp("kv-prefix-logs"))
-    try:
-        t.start(timeout=120)
-    except BaseException:
-        _dump_logs(t.log_dir)
-        raise
-    try:
+    with running(Topology(base_settings(nats_server.url, backend="numba"), log_dir=tmp_path_factory.mktemp("kv-prefix-logs")), timeout=120) as t:
         yield t
-    finally:
-        t.stop()
 
 
 def uncached(question: str) -> tuple[str, int]:

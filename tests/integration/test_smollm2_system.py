@@ -8,7 +8,7 @@ import pytest
 
 from fakcore.launcher import Topology
 from fakcore.models.sources import pulled_path
-from tests.conftest import _dump_logs, base_settings
+from tests.conftest import base_settings, running
 
 pytestmark = pytest.mark.slow
 
@@ -17,16 +17,8 @@ pytestmark = pytest.mark.slow
 def smol(request, nats_server, tmp_path_factory):
     assert pulled_path("smollm2-135m").exists(), "SmolLM2 weights missing: run `fak model pull smollm2-135m` (make test does)"
     settings = base_settings(nats_server.url, model="smollm2-135m", backend=request.param)
-    topo = Topology(settings, services=("engine-cpu", "gateway"), log_dir=tmp_path_factory.mktemp(f"smol-{request.param}"))
-    try:
-        topo.start(timeout=240)
-    except BaseException:
-        _dump_logs(topo.log_dir)
-        raise
-    try:
+    with running(Topology(settings, services=("engine-cpu", "gateway"), log_dir=tmp_path_factory.mktemp(f"smol-{request.param}")), timeout=240) as topo:
         yield topo
-    finally:
-        topo.stop()
 
 
 def test_capital_of_france_openai(smol):
