@@ -7,7 +7,9 @@ accept (Accepted) within `ack_timeout_s`, and the stream may not fall silent for
 
 from __future__ import annotations
 
+import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +18,7 @@ from nats.aio.client import Client as NATS
 from fak_gateway.errors import WireError
 from fakcore import bus
 from fakcore.protocol import (
+    Accepted,
     Announce,
     CancelRequest,
     CountTokensReply,
@@ -30,10 +33,23 @@ from fakcore.protocol import (
 )
 from fakcore.settings import Settings
 
+log = logging.getLogger("fak.gateway.engines")
+
+
+AFFINITY_SESSIONS = 100_000  # sessions whose worker the gateway remembers (least recently used dropped first)
+
+
+async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield first
+    if not isinstance(first, GenerateDone | GenerateError):
+        async for reply in rest:
+            yield reply
+
 
 class Engines:
     def __init__(self, nc: NATS, settings: Settings, on_done: Any = None):
         self.nc, self.settings = nc, settings
+        self.affinity: OrderedDict[str, str] = OrderedDict()  # x-fak-session -> the worker holding its cache
         self.on_done = on_done or (lambda model, done: None)
         self.workers: dict[str, Announce] = {}
         self.services: dict[str, Heartbeat] = {}
@@ -80,16 +96,41 @@ class Engines:
             raise WireError("not_found", f"model {model!r} does not exist; this gateway serves: {', '.join(self.known_models())}",
                             param="model")
 
+    def _route(self, req: GenerateRequest) -> tuple[str, str]:
+        """(subject, pinned worker): a session's requests go to the worker that holds its cache while it is
+        alive (x-fak-session); anything else to the model's queue group, where any worker may take it."""
+        worker = self.affinity.get(req.session, "") if req.session else ""
+        if worker and any(a.worker == worker for a in self.live_workers(req.model)):
+            self.affinity.move_to_end(req.session)
+            return subjects.worker(worker, "generate"), worker
+        return subjects.generate(req.model), ""
+
+    def _pin(self, session: str, worker: str) -> None:
+        if session:
+            self.affinity[session] = worker
+            self.affinity.move_to_end(session)
+            while len(self.affinity) > AFFINITY_SESSIONS:
+                self.affinity.popitem(last=False)
+
     async def generate(self, req: GenerateRequest) -> AsyncIterator[Any]:
         """Yield Accepted, TokenChunk…, then GenerateDone; engine errors become WireError."""
         self.check_model(req.model)
         s = self.settings
         finished = False
+        subject, pinned = self._route(req)
         try:
-            stream = bus.stream_request(self.nc, subjects.generate(req.model), encode(req), Decoders.engine_reply,
-                                        first_timeout=s.ack_timeout_s, idle_timeout=s.idle_timeout_s,
-                                        is_last=lambda r: isinstance(r, GenerateDone | GenerateError))
-            async for reply in stream:
+            try:
+                first = await self._open(subject, req)
+            except bus.NoResponders:
+                if not pinned:
+                    raise
+                log.info("session %s: worker %s is gone; routing by the model's queue group", req.session, pinned)
+                self.affinity.pop(req.session, None)
+                first = await self._open(subjects.generate(req.model), req)
+            stream, head = first
+            if isinstance(head, Accepted):
+                self._pin(req.session, head.receipt.worker)
+            async for reply in _chain(head, stream):
                 if isinstance(reply, GenerateError):
                     finished = True
                     raise WireError.from_engine(reply.code, reply.message)
@@ -111,6 +152,14 @@ class Engines:
                     await self.nc.publish(subjects.CANCEL, encode(CancelRequest(request_id=req.request_id)))
                 except Exception:
                     pass
+
+    async def _open(self, subject: str, req: GenerateRequest) -> tuple[AsyncIterator[Any], Any]:
+        """Send the request; return the reply stream and its first reply (NoResponders at once if nobody
+        subscribes to `subject`)."""
+        s = self.settings
+        stream = bus.stream_request(self.nc, subject, encode(req), Decoders.engine_reply, first_timeout=s.ack_timeout_s,
+                                    idle_timeout=s.idle_timeout_s, is_last=lambda r: isinstance(r, GenerateDone | GenerateError))
+        return stream, await stream.__anext__()
 
     async def count_tokens(self, req: CountTokensRequest) -> int:
         self.check_model(req.model)
