@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,6 +63,16 @@ def topology(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory
     settings = base_settings(nats_server.url, models=("synthetic", "ghost"))
     with running(Topology(settings, log_dir=tmp_path_factory.mktemp("logs"))) as topo:
         yield topo
+
+
+def wait_for(fn, timeout: float = 20.0):
+    """Poll fn every 0.1 s until it returns something truthy or `timeout` passes; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
 
 
 def _dump_logs(log_dir: Path | None) -> None:

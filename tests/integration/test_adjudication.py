@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from fakcore.launcher import Topology
-from tests.conftest import _dump_logs, base_settings
+from tests.conftest import _dump_logs, base_settings, wait_for
 
 POLICY = """
 default: allow
@@ -105,15 +105,6 @@ def audit(topo, **query) -> list[dict]:
     req = urllib.request.Request(f"{topo.gateway_url}/v1/fak/audit?{q}", headers={"authorization": f"Bearer {ADMIN}"})
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())["records"]
-
-
-def wait_for(fn, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
 
 
 # -- OpenAI --------------------------------------------------------------------------------------------------
