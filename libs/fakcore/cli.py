@@ -66,10 +66,9 @@ def serve_one(service: str, settings: Settings) -> int:
     else:
         from fak_engine_cuda.main import main as run
     try:
-        asyncio.run(run(settings))
+        return asyncio.run(run(settings)) or 0
     except KeyboardInterrupt:
-        pass
-    return 0
+        return 0
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ class Receipt(msgspec.Struct, kw_only=True):
     device: str
     model: str
     weights_digest: str  # sha256 over the loaded tensors' bytes
+    incarnation: str = ""  # this run of the worker process (a restarted worker keeps its name, not this)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -190,6 +191,8 @@ class Announce(Message, kw_only=True):
     queued: int  # requests waiting for a slot
     metrics_url: str = ""
     ts: float = 0.0
+    queue_limit: int = 0  # requests it queues beyond `capacity` before refusing (overloaded)
+    incarnation: str = ""  # this run of the worker process: a new value means the old one's streams are gone
 
 
 class Heartbeat(Message, kw_only=True):

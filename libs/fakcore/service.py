@@ -4,6 +4,10 @@ A service is a `bootstrap(svc)` coroutine that subscribes its handlers and regis
 `svc.stack`; `run_service` does everything around it. Shutdown order on SIGINT/SIGTERM: stop taking new
 work (the bootstrap's own clean-ups, LIFO), drain the NATS connection (in-flight messages are delivered),
 stop the /metrics server.
+
+Supervision: every long-lived task or thread of a service is started through `svc.supervise` (or reports
+through `svc.fail`). When one dies the service does not live on wedged: /healthz turns not-ok, the process
+stops and exits non-zero, and whoever runs it (`fak up`, compose, Kubernetes) restarts it.
 """
 
 from __future__ import annotations
@@ -58,9 +62,43 @@ class Service:
     health_detail: dict[str, Any] = field(default_factory=dict)
     healthy: Callable[[], tuple[bool, str]] = lambda: (True, "")
     heartbeat: Callable[[], Any] | None = None  # a bootstrap may replace the heartbeat message
+    failure: str = ""  # set when a supervised task or thread died: the service is going down
+    loop: asyncio.AbstractEventLoop | None = None  # the service's event loop (fail() may come from a thread)
+
+    def supervise(self, coro: Awaitable[Any], what: str) -> asyncio.Task:
+        """Run a long-lived coroutine; if it ends (with an error or not) before the service stops, fail."""
+        task = asyncio.ensure_future(coro)
+
+        def ended(t: asyncio.Task) -> None:
+            if t.cancelled() or self.stop.is_set():
+                return
+            exc = t.exception()
+            self.fail(f"{what} {'died: ' + repr(exc) if exc else 'ended'}", exc)
+
+        task.add_done_callback(ended)
+        self.stack.callback(task.cancel)
+        return task
+
+    def fail(self, reason: str, exc: BaseException | None = None) -> None:
+        """A part this service cannot run without is gone: report it and stop with a non-zero exit.
+        Callable from any thread."""
+        if self.failure:
+            return
+        self.failure = reason
+        log.critical("%s: %s; stopping so that it is restarted", self.name, reason, exc_info=exc)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is self.loop:
+            self.stop.set()
+        elif self.loop is not None:
+            self.loop.call_soon_threadsafe(self.stop.set)
 
     def health(self) -> dict[str, Any]:
         ok, detail = self.healthy()
+        if self.failure:
+            ok, detail = False, self.failure
         ok = ok and self.nc.is_connected
         return {"ok": ok, "service": self.name, "instance": self.instance, "nats": self.nc.is_connected,
                 "uptime_s": round(time.time() - self.started, 1), "detail": detail, **self.health_detail}
@@ -72,8 +110,9 @@ class Service:
 
 
 async def run_service(name: str, settings: Settings, bootstrap: Callable[[Service], Awaitable[None]],
-                      *, metrics_server: bool = True) -> None:
-    """Run one service until SIGINT/SIGTERM. `bootstrap` subscribes handlers and registers clean-ups."""
+                      *, metrics_server: bool = True) -> int:
+    """Run one service until SIGINT/SIGTERM (exit status 0) or until a supervised part dies (1).
+    `bootstrap` subscribes handlers and registers clean-ups."""
     setup_logging(settings.log_level, name)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -84,19 +123,19 @@ async def run_service(name: str, settings: Settings, bootstrap: Callable[[Servic
         nc = await bus.connect(settings, name)
         stack.push_async_callback(_drain, nc)
         svc = Service(name=name, settings=settings, nc=nc, metrics=Metrics(name), stack=stack, stop=stop,
-                      instance=instance_name(name))
+                      instance=instance_name(name), loop=loop)
         if metrics_server:
             server = MetricsServer(svc.metrics, svc.health)
             svc.metrics_url = await server.start(settings.metrics_host, settings.metrics_port)
             stack.push_async_callback(server.stop)
             log.info("%s: metrics and health on %s", name, svc.metrics_url)
         await bootstrap(svc)
-        beat = asyncio.create_task(_heartbeat(svc))
-        stack.callback(beat.cancel)
+        svc.supervise(_heartbeat(svc), "the heartbeat")
         log.info("%s: ready (%s)", name, svc.instance)
         await stop.wait()
-        log.info("%s: stopping", name)
+        log.info("%s: stopping%s", name, f" ({svc.failure})" if svc.failure else "")
     log.info("%s: stopped", name)
+    return 1 if svc.failure else 0
 
 
 async def _drain(nc: NATS) -> None:

@@ -122,9 +122,13 @@ async def bootstrap(svc: Service) -> None:
         await audit(record)
 
     async def reload_loop() -> None:
-        while s.policy and s.policy_reload_s > 0:
+        while True:  # started only when there are policy files to watch
             await asyncio.sleep(s.policy_reload_s)
-            changed = store.check()
+            try:
+                changed = store.check()
+            except Exception as exc:  # one bad look at the files: the policy in force stays, the loop goes on
+                changed = False
+                store.error = f"cannot read the policy files: {exc}"
             if changed is True:
                 m.reloads.labels("ok").inc()
                 svc.health_detail.update(policy=store.current.source, policy_error="")
@@ -136,14 +140,13 @@ async def bootstrap(svc: Service) -> None:
 
     await svc.nc.subscribe(subjects.ADJUDICATE_CALL, queue=ADJUDICATOR_QUEUE, cb=on_request)
     await svc.nc.subscribe(subjects.ADJUDICATE_RESULT, queue=ADJUDICATOR_QUEUE, cb=on_request)
-    reloader = asyncio.create_task(reload_loop())
+    reloaders = [svc.supervise(reload_loop(), "the policy reloader")] if s.policy and s.policy_reload_s > 0 else []
 
     async def stop_tasks() -> None:
-        reloader.cancel()
-        for t in list(background):
+        for t in [*reloaders, *background]:
             t.cancel()
         with contextlib.suppress(BaseException):
-            await asyncio.gather(reloader, *background, return_exceptions=True)
+            await asyncio.gather(*reloaders, *background, return_exceptions=True)
 
     svc.stack.push_async_callback(stop_tasks)
     p = store.current.default
@@ -151,5 +154,5 @@ async def bootstrap(svc: Service) -> None:
              p.default, len(p.tools), s.screen_threshold, s.screen_model)
 
 
-async def main(settings: Settings) -> None:
-    await run_service("adjudicator", settings, bootstrap)
+async def main(settings: Settings) -> int:
+    return await run_service("adjudicator", settings, bootstrap)

@@ -34,5 +34,5 @@ async def bootstrap(svc: Service) -> None:
     await EngineWorker(svc, model, ENGINE_KIND).start()
 
 
-async def main(settings: Settings) -> None:
-    await run_service("engine-cpu", settings, bootstrap)
+async def main(settings: Settings) -> int:
+    return await run_service("engine-cpu", settings, bootstrap)

@@ -131,7 +131,7 @@ async def bootstrap(svc: Service) -> None:
     await nc.publish(subjects.KV_SYNC, encode(KvSync(reason="kvmmu started")))
     await asyncio.sleep(max(0.5, 2.5 * s.announce_interval_s))  # hear every worker before the backlog
     sub = await js.pull_subscribe(subjects.QUARANTINE, durable=KVMMU_DURABLE, stream=subjects.VERDICT_STREAM, config=CONSUMER)
-    consumer = asyncio.create_task(consume(sub, on_verdict))
+    consumer = svc.supervise(consume(sub, on_verdict), "the verdict consumer")
 
     async def stop_consumer() -> None:
         consumer.cancel()
@@ -165,5 +165,5 @@ async def consume(sub: Any, handle: Any) -> None:
                 log.exception("verdict handling failed; it will be redelivered")
 
 
-async def main(settings: Settings) -> None:
-    await run_service("kvmmu", settings, bootstrap)
+async def main(settings: Settings) -> int:
+    return await run_service("kvmmu", settings, bootstrap)

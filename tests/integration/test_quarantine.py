@@ -106,7 +106,11 @@ def test_kvmmu_evicts_the_span_from_the_engine_cache(first, topo):
     receipts = wait_for(lambda: audit(topo.gateway_url, kind="eviction", block=block), timeout=30)
     assert receipts, "no eviction receipt for the quarantined block on fak.v1.kv.evicted"
     r = receipts[0]
-    assert block in r["blocks"] and r["spans"] and r["tokens_after"] < r["tokens_before"]
+    # Tokens removed, or (a Release that overtook the speculative prefill) the span went before any of it
+    # was computed: the cache never held it.
+    computed_before = r["tokens_before"] > min(s["start"] for s in r["spans"]) if r["spans"] else False
+    assert block in r["blocks"] and r["spans"] and (r["tokens_after"] < r["tokens_before"] if computed_before
+                                                    else r["tokens_after"] == r["tokens_before"])
     assert r["mode"] == "exact" and not r["attends_evicted"]
 
 

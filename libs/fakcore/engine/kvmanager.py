@@ -237,6 +237,8 @@ class KVPool:
             r = evict_cache(self.tf, e.cache, ranges, mode, chunk=self.chunk, verify=self.verify)
             if e.owner is not None:
                 e.owner.drop_prompt(ranges)
+                # what followed the first evicted position was recomputed: it no longer came from the cache
+                e.owner.cached_tokens = min(e.owner.cached_tokens, ranges[0][0])
             e.prompt_len -= sum(max(0, min(end, e.prompt_len) - start) for start, end in ranges)
             r.worker, r.sequence, r.session, r.cause, r.request_id = self.worker, e.id, e.session, cause, request_id
             receipts.append(r)

@@ -2,13 +2,39 @@
 
 A sampler belongs to one sequence (its own generator), so concurrent sessions never share randomness and a
 seeded request is reproducible whatever else the worker is doing.
+
+Numerics: every accepted parameter value is safe. Logits are shifted by their maximum before the
+temperature divides them, so a tiny temperature (1e-308) drives the others to -inf (probability 0) and
+the best token to exactly 0 (probability 1) instead of inf - inf = NaN; a huge one flattens towards
+uniform. Logits that are not finite at all (a model fault) fail the sequence that produced them.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from fakcore.protocol import Sampling
+from fakcore.engine.prompt import RequestError
+from fakcore.protocol import ErrorCode, Sampling
+
+MAX_TEMPERATURE = 100.0  # OpenAI accepts up to 2, Anthropic 1; beyond 100 every token is as likely
+SEED_BITS = 64
+
+
+def validate_sampling(p: Sampling) -> None:
+    """Refuse (RequestError INVALID, a 400 on every wire) what no sampler can honour."""
+    def bad(field: str, why: str) -> RequestError:
+        return RequestError(ErrorCode.INVALID, f"`{field}` {why}")
+
+    if not (math.isfinite(p.temperature) and 0.0 <= p.temperature <= MAX_TEMPERATURE):
+        raise bad("temperature", f"must be a number from 0 to {MAX_TEMPERATURE:g}, not {p.temperature!r}")
+    if not (math.isfinite(p.top_p) and 0.0 <= p.top_p <= 1.0):
+        raise bad("top_p", f"must be a number from 0 to 1, not {p.top_p!r}")
+    if p.top_k < 0:
+        raise bad("top_k", f"must be 0 (off) or a positive count, not {p.top_k}")
+    if p.max_tokens < 1:
+        raise bad("max_tokens", "must be at least 1")
 
 
 class Sampler:
@@ -16,7 +42,9 @@ class Sampler:
         self.temperature = float(params.temperature)
         self.top_p = float(params.top_p)
         self.top_k = int(params.top_k)
-        self.rng = np.random.default_rng(params.seed)
+        # any integer seeds (OpenAI's `seed` may be negative or past 64 bits): its 64-bit two's complement
+        seed = None if params.seed is None else params.seed % (1 << SEED_BITS)
+        self.rng = np.random.default_rng(seed)
 
     @property
     def greedy(self) -> bool:
@@ -25,20 +53,23 @@ class Sampler:
     def __call__(self, logits: np.ndarray, allowed: np.ndarray | None = None) -> int:
         """Pick a token id from one row of logits; `allowed` masks the vocabulary (constrained decoding)."""
         logits = logits.astype(np.float64)
+        if np.isnan(logits).any() or np.isposinf(logits).any():
+            raise FloatingPointError("the model produced non-finite logits")
         if allowed is not None:
             n = min(len(allowed), len(logits))
             masked = np.full_like(logits, -np.inf)
             masked[:n][allowed[:n]] = logits[:n][allowed[:n]]
             logits = masked
-        if self.greedy:
-            return int(np.argmax(logits))
-        logits = logits / self.temperature
+        best = int(np.argmax(logits))
+        if self.greedy or not np.isfinite(logits[best]):
+            return best
         order = np.argsort(-logits, kind="stable")
         if self.top_k > 0:
             order = order[: self.top_k]
-        top = logits[order]
-        probs = np.exp(top - top[0])
-        probs /= probs.sum()
+        with np.errstate(over="ignore", under="ignore", divide="ignore"):
+            scaled = (logits[order] - logits[best]) / self.temperature  # <= 0, the best exactly 0
+            probs = np.exp(scaled)
+        probs /= probs.sum()  # >= 1 before the division: the best token's exp(0)
         if self.top_p < 1.0:
             keep = int(np.searchsorted(np.cumsum(probs), self.top_p) + 1)
             probs = probs[:keep] / probs[:keep].sum()

@@ -60,11 +60,24 @@ class Scheduler:
         self.acquire: Callable[[Sequence], None] = lambda seq: None  # hook: give the sequence its cache (KV-MMU)
         self.release: Callable[[Sequence], None] = lambda seq: None  # hook: hand the cache back (KV-MMU)
         self._calls: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future]] = collections.deque()
+        self.on_crash: Callable[[BaseException], None] = lambda exc: None  # the thread died: the worker must go
 
     # -- control (any thread) ------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="fak-scheduler", daemon=True)
+        self._thread = threading.Thread(target=self._supervised, name="fak-scheduler", daemon=True)
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _supervised(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # not a step's fault (those are caught): the loop itself broke
+            log.critical("the scheduler loop died", exc_info=exc)
+            self.on_crash(exc)
+            raise
 
     def stop(self, timeout: float = 10.0) -> None:
         with self._cv:
@@ -77,10 +90,16 @@ class Scheduler:
                 future.cancel()
             self._calls.clear()
 
+    def check_room(self) -> None:
+        """Raise Overloaded when `max_sessions` are decoding and `max_queue` more are waiting. Counted
+        together: between two steps a burst sits in `waiting` before any of it becomes active."""
+        if len(self.active) + len(self.waiting) >= self.max_sessions + self.max_queue:
+            raise Overloaded(f"worker busy: {len(self.active)} active, {len(self.waiting)} queued "
+                             f"(room for {self.max_sessions} + {self.max_queue})")
+
     def submit(self, seq: Sequence) -> None:
         with self._cv:
-            if len(self.active) >= self.max_sessions and len(self.waiting) >= self.max_queue:
-                raise Overloaded(f"worker busy: {len(self.active)} active, {len(self.waiting)} queued")
+            self.check_room()
             if seq.held and not seq.hold_deadline:
                 seq.hold_deadline = time.monotonic() + self.hold_timeout
             self.waiting.append(seq)
@@ -217,9 +236,14 @@ class Scheduler:
         if self.metrics is not None:
             self.metrics.step(len(tokens), len(owners), time.perf_counter() - t0)
         for seq, row in zip(owners, logits[:len(owners)], strict=True):
-            before = len(seq.generated)
-            text = seq.accept(row)
-            token_ids = seq.generated[before:]
+            try:
+                before = len(seq.generated)
+                text = seq.accept(row)
+                token_ids = seq.generated[before:]
+            except Exception as exc:  # this sequence's sampler, grammar or detokenizer: only it fails
+                log.exception("sequence %s failed", seq.request.request_id)
+                self._finish(seq, "error", (ErrorCode.INTERNAL, f"generation failed: {type(exc).__name__}: {exc}"))
+                continue
             if text or token_ids:
                 self.on_event(seq, "chunk", (text, token_ids))
             if seq.done:

@@ -15,16 +15,19 @@ kv.evicted. A Release that overtakes its request is kept for `hold_timeout_s`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import socket
 import time
+import uuid
 from typing import Any
 
 import msgspec
 
 from fakcore.engine.kvmanager import MODES, KVPool
 from fakcore.engine.loader import LoadedModel
+from fakcore.engine.sampling import validate_sampling
 from fakcore.engine.scheduler import Overloaded, Scheduler
 from fakcore.engine.sequence import RequestError, Sequence, make_constraint, prepare, prompt_ids
 from fakcore.protocol import (
@@ -51,6 +54,8 @@ from fakcore.protocol import (
 from fakcore.service import Service
 
 log = logging.getLogger("fak.engine")
+
+PROMPT_THREADS = 2  # prompts built at once (render + tokenize); the scheduler thread does the model work
 
 
 class EngineMetrics:
@@ -93,6 +98,12 @@ class EngineMetrics:
         self.kv_recomputed.labels(self.model).inc(r.tokens_recomputed)
         self.kv_evict_seconds.labels(self.model).observe(r.seconds)
 
+    def done(self, seq: Sequence, seconds: float) -> None:
+        self.tokens.labels(self.model, "prompt").inc(len(seq.prompt) - seq.cached_tokens)
+        self.tokens.labels(self.model, "completion").inc(len(seq.generated))
+        self.requests.labels(self.model, "ok").inc()
+        self.latency.labels(self.model).observe(seconds)
+
     def step(self, n_tokens: int, n_logits: int, seconds: float) -> None:
         self.step_seconds.labels(self.model).observe(seconds)
         self.batch_rows.labels(self.model).observe(n_tokens)
@@ -114,12 +125,16 @@ class EngineWorker:
         self.scheduler.release = self.kv.release
         self.evict_mode = s.kv_evict_mode
         self.receipt = Receipt(engine=engine_kind, worker=self.worker_id, backend=model.backend.name,
-                               device=model.backend.device, model=model.name, weights_digest=model.weights_digest)
+                               device=model.backend.device, model=model.name, weights_digest=model.weights_digest,
+                               incarnation=uuid.uuid4().hex[:12])
         self._loop: asyncio.AbstractEventLoop | None = None
         self._outbox: asyncio.Queue = asyncio.Queue()
         self._inflight: dict[str, tuple[str, float]] = {}  # request id -> (reply subject, arrival time)
         self._early: dict[str, tuple[Release, float]] = {}  # Releases that overtook their request
         self._tasks: set[asyncio.Task] = set()
+        # Prompts are rendered and tokenized here, off the event loop: a huge conversation must not stall
+        # other streams' replies or the heartbeat.
+        self._prompts = concurrent.futures.ThreadPoolExecutor(PROMPT_THREADS, thread_name_prefix="fak-prompt")
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -133,10 +148,11 @@ class EngineWorker:
         await nc.subscribe(subjects.worker(self.worker_id, "kv.evict"), cb=self._on_kv_evict)
         await nc.subscribe(subjects.worker(self.worker_id, "kv.stats"), cb=self._on_kv_stats)
         await nc.subscribe(subjects.KV_SYNC, cb=self._on_kv_sync)
+        self.scheduler.on_crash = lambda exc: self.svc.fail("the scheduler thread died", exc)
         self.scheduler.start()
-        publisher = asyncio.create_task(self._publish_loop())
-        self.svc.stack.callback(publisher.cancel)
+        self.svc.supervise(self._publish_loop(), "the reply publisher")
         self.svc.stack.callback(self.scheduler.stop)
+        self.svc.stack.callback(self._prompts.shutdown, wait=False, cancel_futures=True)
         self.svc.heartbeat = self.announce
         self.svc.health_detail.update(model=name, worker=self.worker_id, engine=self.engine_kind,
                                       backend=self.model.backend.name)
@@ -156,7 +172,8 @@ class EngineWorker:
                         backend=self.model.backend.name, device=self.model.backend.device,
                         weights_digest=self.model.weights_digest, context_length=self.model.config.context_length,
                         capacity=self.scheduler.max_sessions, active=active, queued=queued,
-                        metrics_url=self.svc.metrics_url, ts=time.time())
+                        metrics_url=self.svc.metrics_url, ts=time.time(), queue_limit=self.scheduler.max_queue,
+                        incarnation=self.receipt.incarnation)
 
     # -- handlers (event loop) -----------------------------------------------------------------------
     async def _on_generate(self, msg: Any) -> None:
@@ -169,34 +186,52 @@ class EngineWorker:
             return
         if not isinstance(req, GenerateRequest):
             return
+        self._inflight[req.request_id] = (msg.reply, time.monotonic())  # from here on a CancelRequest reaches it
+        # A task per request: a subscription's callbacks run one at a time, and building one huge prompt
+        # must not hold back the requests behind it.
+        task = asyncio.create_task(self._accept(req, msg.reply))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, req: GenerateRequest, reply: str) -> None:
+        rid = req.request_id
         try:
-            seq = self._admit(req)
-            self._inflight[req.request_id] = (msg.reply, time.monotonic())
+            self.scheduler.check_room()
+            seq = await asyncio.wrap_future(self._prompts.submit(self._admit, req))
+            if rid not in self._inflight:  # cancelled (and counted) while its prompt was being built
+                return
             self.scheduler.submit(seq)
-            early = self._early.pop(req.request_id, None)
+            early = self._early.pop(rid, None)
             if early is not None and seq.held:
                 task = asyncio.create_task(self._release(early[0]))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            await self._reply(msg.reply, Accepted(request_id=req.request_id, receipt=self.receipt,
-                                                  queued=self.scheduler.load[1], prompt_tokens=len(seq.prompt), held=seq.held))
-        except RequestError as exc:
-            self.metrics.requests.labels(self.model.name, exc.code).inc()
-            await self._reply(msg.reply, GenerateError(request_id=req.request_id, code=exc.code, message=str(exc)))
-        except Overloaded as exc:
-            self._inflight.pop(req.request_id, None)
-            self.metrics.requests.labels(self.model.name, "overloaded").inc()
-            await self._reply(msg.reply, GenerateError(request_id=req.request_id, code=ErrorCode.OVERLOADED, message=str(exc)))
+            await self._reply(reply, Accepted(request_id=rid, receipt=self.receipt, queued=self.scheduler.load[1],
+                                                  prompt_tokens=len(seq.prompt), held=seq.held))
+        except (RequestError, Overloaded) as exc:
+            code = exc.code if isinstance(exc, RequestError) else ErrorCode.OVERLOADED
+            self._inflight.pop(rid, None)
+            self.metrics.requests.labels(self.model.name, code).inc()
+            await self._reply(reply, GenerateError(request_id=rid, code=code, message=str(exc)))
+        except Exception:  # a bug in handling one request fails that request, never the worker
+            log.exception("request %s failed before it was scheduled", rid)
+            self._inflight.pop(rid, None)
+            self.metrics.requests.labels(self.model.name, ErrorCode.INTERNAL).inc()
+            await self._reply(reply, GenerateError(request_id=rid, code=ErrorCode.INTERNAL,
+                                                   message="the engine could not prepare this request; see the worker log"))
 
     def _admit(self, req: GenerateRequest) -> Sequence:
+        """Validate, render and tokenize (on a prompt thread): a Sequence ready for the scheduler."""
         ctx = self.model.config.context_length
+        validate_sampling(req.sampling)
+        if len(req.messages) >= ctx:  # every message takes at least one token: no need to render it to know
+            raise RequestError(ErrorCode.CONTEXT_LENGTH, f"{len(req.messages)} messages cannot fit in the {ctx}-token "
+                                                         f"context of {self.model.name}")
         prompt = prepare(self.model, req)
         if not prompt.ids:
             raise RequestError(ErrorCode.INVALID, "the prompt is empty")
-        if req.sampling.max_tokens < 1:
-            raise RequestError(ErrorCode.INVALID, "max_tokens must be at least 1")
         if len(prompt.ids) >= ctx:
-            raise RequestError(ErrorCode.CONTEXT_LENGTH, f"prompt is {len(prompt.ids)} tokens; {self.model.name} holds {ctx}")
+            raise RequestError(ErrorCode.CONTEXT_LENGTH, f"prompt is {len(prompt.ids)} tokens; the context of {self.model.name} holds {ctx}")
         return Sequence(request=req, prompt=prompt.ids, cache=None, model=self.model, constraint=make_constraint(self.model, req),
                         spans=prompt.spans, held=req.hold)
 
@@ -205,7 +240,10 @@ class EngineWorker:
             req = Decoders.engine_request.decode(msg.data)
             if not isinstance(req, CountTokensRequest):
                 raise RequestError(ErrorCode.INVALID, "expected CountTokensRequest")
-            n = len(prompt_ids(self.model, req))
+            if len(req.messages) >= self.model.config.context_length:
+                raise RequestError(ErrorCode.CONTEXT_LENGTH, f"{len(req.messages)} messages cannot fit in the "
+                                                             f"{self.model.config.context_length}-token context of {self.model.name}")
+            n = len(await asyncio.wrap_future(self._prompts.submit(prompt_ids, self.model, req)))
             await msg.respond(encode(CountTokensReply(input_tokens=n)))
         except RequestError as exc:
             await msg.respond(encode(GenerateError(request_id="", code=exc.code, message=str(exc))))
@@ -302,36 +340,43 @@ class EngineWorker:
     async def _publish_loop(self) -> None:
         while True:
             seq, kind, payload = await self._outbox.get()
-            if kind == "bus":
-                await self._publish(subjects.KV_SPANS if isinstance(payload, KvSpans) else subjects.KV_EVICTED, payload)
-                continue
-            rid = seq.request.request_id
-            entry = self._inflight.get(rid)
-            if entry is None:
-                continue  # cancelled
-            reply, arrived = entry
-            name = self.model.name
-            if kind == "chunk":
-                text, token_ids = payload
-                if seq.emitted == 0 and seq.first_token_at:
-                    self.metrics.ttft.labels(name).observe(seq.first_token_at - seq.started)
-                msg: Any = TokenChunk(request_id=rid, seq=seq.emitted, text=text, token_ids=token_ids)
-            elif kind == "done":
-                self._inflight.pop(rid, None)
-                usage = Usage(prompt_tokens=len(seq.prompt), completion_tokens=len(seq.generated), cached_tokens=seq.cached_tokens)
-                self.metrics.tokens.labels(name, "prompt").inc(len(seq.prompt) - seq.cached_tokens)
-                self.metrics.tokens.labels(name, "completion").inc(len(seq.generated))
-                self.metrics.requests.labels(name, "ok").inc()
-                self.metrics.latency.labels(name).observe(time.monotonic() - arrived)
-                msg = GenerateDone(request_id=rid, seq=seq.emitted, finish_reason=seq.finish_reason or "stop", usage=usage,
-                                   receipt=self.receipt, stop_sequence=seq.stops.matched, tool_calls=seq.tool_calls)
-            else:
-                self._inflight.pop(rid, None)
-                code, message = payload
-                self.metrics.requests.labels(name, code).inc()
-                msg = GenerateError(request_id=rid, code=code, message=message)
-            seq.emitted += 1
-            await self._reply(reply, msg)
+            try:
+                await self._publish_event(seq, kind, payload)
+            except Exception:  # one event's fault fails that request, never the loop that serves all of them
+                log.exception("publishing a %s event failed", kind)
+                if seq is not None and (entry := self._inflight.pop(seq.request.request_id, None)):
+                    await self._reply(entry[0], GenerateError(request_id=seq.request.request_id, code=ErrorCode.INTERNAL,
+                                                              message="the engine failed to report this request; see the worker log"))
+
+    async def _publish_event(self, seq: Sequence | None, kind: str, payload: Any) -> None:
+        if kind == "bus":
+            await self._publish(subjects.KV_SPANS if isinstance(payload, KvSpans) else subjects.KV_EVICTED, payload)
+            return
+        assert seq is not None
+        rid = seq.request.request_id
+        entry = self._inflight.get(rid)
+        if entry is None:
+            return  # cancelled
+        reply, arrived = entry
+        name = self.model.name
+        if kind == "chunk":
+            text, token_ids = payload
+            if seq.emitted == 0 and seq.first_token_at:
+                self.metrics.ttft.labels(name).observe(seq.first_token_at - seq.started)
+            msg: Any = TokenChunk(request_id=rid, seq=seq.emitted, text=text, token_ids=token_ids)
+        elif kind == "done":
+            self._inflight.pop(rid, None)
+            usage = Usage(prompt_tokens=len(seq.prompt), completion_tokens=len(seq.generated), cached_tokens=seq.cached_tokens)
+            msg = GenerateDone(request_id=rid, seq=seq.emitted, finish_reason=seq.finish_reason or "stop", usage=usage,
+                               receipt=self.receipt, stop_sequence=seq.stops.matched, tool_calls=seq.tool_calls)
+            self.metrics.done(seq, time.monotonic() - arrived)
+        else:
+            self._inflight.pop(rid, None)
+            code, message = payload
+            self.metrics.requests.labels(name, code).inc()
+            msg = GenerateError(request_id=rid, code=code, message=message)
+        seq.emitted += 1
+        await self._reply(reply, msg)
 
     async def _reply(self, subject: str, msg: Any) -> None:
         try:

@@ -133,6 +133,22 @@ def test_hold_prefills_but_samples_nothing_until_release(m):
     assert block_id(INJECTION) not in {s.block for s in held.cache.spans}
 
 
+def test_evicting_a_reused_prefix_leaves_the_cached_count_consistent(m):
+    """The same poisoned request twice: the second reuses the first's cache, injection included. After the
+    release evicts the injection, the tokens past it were recomputed, so they no longer count as cached
+    (a cached count above the prompt once made the worker's usage accounting negative)."""
+    run = Run(m)
+    run.submit(sequence(m, conversation("a")))
+    run.until_idle()
+    again = run.submit(sequence(m, conversation("b", hold=True, max_tokens=4)))
+    run.until_idle()
+    start = next(s.start for s in again.spans if s.block == block_id(INJECTION))
+    assert again.cached_tokens > start
+    run.sched.call(lambda: run.pool.release_hold(again, [block_id(INJECTION)], "b"))
+    run.until_idle()
+    assert again.finish_reason and again.cached_tokens == start <= len(again.prompt)
+
+
 def test_release_of_a_queued_request_and_a_release_without_quarantine(m):
     run = Run(m, max_sessions=1)
     first = run.submit(sequence(m, conversation("first", hold=True)))
@@ -176,3 +192,30 @@ def test_sequence_without_pool_keeps_working(m):
     run.submit(seq)
     run.until_idle()
     assert seq.finish_reason and not run.pool.entries
+
+
+def test_one_failing_sequence_never_fails_its_batch_neighbours(m):
+    run = Run(m)
+    good = [run.submit(sequence(m, conversation(f"ok{i}", system=f"S{i}.", max_tokens=5))) for i in range(3)]
+    bad = run.submit(sequence(m, conversation("bad", system="Bad.", max_tokens=5)))
+
+    def broken(logits, allowed=None):
+        raise FloatingPointError("the model produced non-finite logits")
+
+    bad.sampler = broken
+    run.until_idle()
+    assert all(s.finish_reason == "length" and len(s.generated) == 5 for s in good)
+    [(kind, (code, message))] = run.events["bad"]
+    assert kind == "error" and code == ErrorCode.INTERNAL and "non-finite" in message
+
+
+def test_the_queue_limit_holds_for_a_burst_between_two_steps(m):
+    """Nothing becomes active before the next step: active + queued are counted together."""
+    from fakcore.engine.scheduler import Overloaded, Scheduler
+
+    sched = Scheduler(m, lambda *a: None, max_sessions=2, max_queue=3)
+    for i in range(5):
+        sched.submit(sequence(m, conversation(f"r{i}")))
+    with pytest.raises(Overloaded, match="room for 2 \\+ 3"):
+        sched.submit(sequence(m, conversation("r5")))
+    assert sched.load == (0, 5)

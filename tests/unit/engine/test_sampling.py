@@ -1,0 +1,66 @@
+"""Sampling is numerically safe for every value the wires accept, and refuses what no sampler can honour."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fakcore.engine.prompt import RequestError
+from fakcore.engine.sampling import Sampler, validate_sampling
+from fakcore.protocol import Sampling
+
+LOGITS = np.array([0.5, 3.0, 2.9, -1.0, 1e4, -1e4], np.float32)
+
+
+@pytest.mark.parametrize("temperature", [1e-308, 5e-324, 1e-30, 1e-6])
+def test_a_vanishing_temperature_is_greedy_not_nan(temperature):
+    s = Sampler(Sampling(temperature=temperature, seed=3))
+    assert [s(LOGITS) for _ in range(20)] == [4] * 20
+
+
+@pytest.mark.parametrize("top_p,top_k", [(1.0, 0), (0.9, 0), (0.0, 0), (1.0, 3)])
+def test_tiny_temperature_with_nucleus_and_top_k(top_p, top_k):
+    s = Sampler(Sampling(temperature=1e-300, top_p=top_p, top_k=top_k, seed=1))
+    assert s(LOGITS) == 4
+
+
+def test_a_huge_temperature_flattens_towards_uniform():
+    s = Sampler(Sampling(temperature=100.0, seed=7))
+    draws = [s(np.zeros(8, np.float32)) for _ in range(400)]
+    assert set(draws) == set(range(8))
+
+
+@pytest.mark.parametrize("seed", [-1, -(2**63), 2**64 + 5, 0])
+def test_any_integer_seed_is_reproducible(seed):
+    logits = np.linspace(0, 1, 50).astype(np.float32)
+    a = Sampler(Sampling(temperature=1.0, seed=seed))
+    b = Sampler(Sampling(temperature=1.0, seed=seed))
+    assert [a(logits) for _ in range(10)] == [b(logits) for _ in range(10)]
+
+
+def test_negative_seeds_map_to_their_64_bit_twos_complement():
+    logits = np.linspace(0, 1, 50).astype(np.float32)
+    a, b = Sampler(Sampling(temperature=1.0, seed=-1)), Sampler(Sampling(temperature=1.0, seed=2**64 - 1))
+    assert [a(logits) for _ in range(10)] == [b(logits) for _ in range(10)]
+
+
+def test_non_finite_logits_fail_the_sequence():
+    with pytest.raises(FloatingPointError):
+        Sampler(Sampling(temperature=0.0))(np.array([0.0, np.nan], np.float32))
+
+
+@pytest.mark.parametrize("params,field", [
+    (Sampling(temperature=float("nan")), "temperature"), (Sampling(temperature=-0.1), "temperature"),
+    (Sampling(temperature=float("inf")), "temperature"), (Sampling(temperature=1e9), "temperature"),
+    (Sampling(top_p=1.5), "top_p"), (Sampling(top_p=float("nan")), "top_p"), (Sampling(top_k=-2), "top_k"),
+    (Sampling(max_tokens=0), "max_tokens"),
+])
+def test_out_of_range_parameters_are_refused(params, field):
+    with pytest.raises(RequestError, match=f"`{field}`"):
+        validate_sampling(params)
+
+
+def test_every_edge_value_the_wires_accept_passes_validation():
+    for p in [Sampling(temperature=0.0), Sampling(temperature=2.0), Sampling(temperature=1e-308), Sampling(top_p=0.0),
+              Sampling(top_p=1.0), Sampling(top_k=0), Sampling(max_tokens=1), Sampling(seed=-1)]:
+        validate_sampling(p)
