@@ -2,7 +2,15 @@
 
     embedded nats-server (unless FAK_NATS_URL)  ->  adjudicator, kvmmu, engine-cpu xN, gateway
     wait until each has announced itself on the bus and the gateway's /healthz is ok
-    print the gateway URL; on Ctrl-C / SIGTERM (or a child dying) stop everything, gateway first
+    print the gateway URL, then supervise: a process that dies is started again after a backoff while the
+    others keep serving; only Ctrl-C / SIGTERM stops everything, gateway first, the bus last
+
+A child dying during start-up fails the start (StartupError): that is a configuration to fix, not a crash
+to ride out. Once up, a child is restarted with the environment it had (worker N keeps its FAK_WORKER_ID),
+and the embedded nats-server on its port and data dir, so services, which reconnect forever, find it again.
+
+The embedded server's data dir is kept across runs (`<cache dir>/data` by default), so quarantine verdicts
+and the audit log survive a restart; `--data-dir temp` asks for a throw-away one.
 
 The same `Topology` class starts the processes for the integration tests.
 """
@@ -17,17 +25,53 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fakcore.models.sources import cache_dir
 from fakcore.natsd import EmbeddedNats
 from fakcore.settings import Settings
 
 START_ORDER = ("adjudicator", "kvmmu", "engine-cpu", "gateway")
+TEMP = "temp"  # FAK_DATA_DIR value: a temporary data dir, removed on stop
 
 
 class StartupError(RuntimeError):
     pass
+
+
+def data_dir(settings: Settings) -> Path | None:
+    """The embedded nats-server's data dir: FAK_DATA_DIR, by default `<cache dir>/data` (kept across runs);
+    None for `temp` (EmbeddedNats makes a temporary one and removes it on stop)."""
+    if settings.data_dir == TEMP:
+        return None
+    if settings.data_dir:
+        return Path(settings.data_dir).expanduser()
+    return cache_dir(settings.cache_dir) / "data"
+
+
+@dataclass
+class Backoff:
+    """When a supervised process that died is started again: `first` seconds after it dies, doubling with
+    each death in a row up to `cap`. A process that stayed up `reset_after` seconds was healthy: its next
+    death waits `first` again. A failed restart counts as a death after 0 s up."""
+
+    first: float = 0.5
+    cap: float = 10.0
+    reset_after: float = 30.0
+    deaths: int = 0  # deaths in a row
+    started: float = 0.0  # monotonic time of the last start (or restart attempt)
+    due: float | None = None  # while dead: when to restart it
+
+    def died(self, now: float) -> float:
+        """Note a death at `now`; returns the delay before the restart (also kept in `due`)."""
+        if now - self.started >= self.reset_after:
+            self.deaths = 0
+        self.deaths += 1
+        delay = min(self.cap, self.first * 2 ** (self.deaths - 1))
+        self.due = now + delay
+        return delay
 
 
 @dataclass
@@ -35,6 +79,8 @@ class Child:
     service: str
     proc: subprocess.Popen
     name: str  # "engine-cpu#1" when several
+    env: dict[str, str] = field(default_factory=dict)  # what it was started with; a restart reuses it
+    backoff: Backoff = field(default_factory=lambda: Backoff(started=time.monotonic()))
 
 
 @dataclass
@@ -45,13 +91,18 @@ class Topology:
     log_dir: Path | None = None  # None: children write to this process's stderr
     children: list[Child] = field(default_factory=list)
     nats: EmbeddedNats | None = None
+    nats_backoff: Backoff = field(default_factory=Backoff)
 
     # -- start / stop ---------------------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> Topology:
         t0 = time.monotonic()
         if not self.settings.nats_url:
-            data = Path(self.settings.data_dir) if self.settings.data_dir else None
-            self.nats = EmbeddedNats(data_dir=data, port=self.settings.nats_port).start()
+            server = EmbeddedNats(data_dir=data_dir(self.settings), port=self.settings.nats_port)
+            try:
+                self.nats = server.start()
+            except (OSError, RuntimeError) as exc:  # taken data dir, no binary, a server that does not come up
+                raise StartupError(str(exc)) from exc
+            self.nats_backoff = Backoff(started=time.monotonic())
             self.settings = self.settings.replace(nats_url=self.nats.url)
         try:
             for service in self.services:
@@ -68,17 +119,22 @@ class Topology:
         name = f"{service}#{index + 1}" if service == "engine-cpu" and self.workers > 1 else service
         if service == "engine-cpu" and not self.settings.worker_id and self.workers > 1:
             env["FAK_WORKER_ID"] = f"engine-cpu-{os.getpid()}-{index + 1}"
+        child = Child(service, self._popen(service, name, env), name, env)
+        self.children.append(child)
+        return child
+
+    def _popen(self, service: str, name: str, env: dict[str, str]) -> subprocess.Popen:
         out = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             out = open(self.log_dir / f"{name.replace('#', '-')}.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "fakcore.cli", "serve", service], env=env, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True)
-        if out:
-            out.close()
-        child = Child(service, proc, name)
-        self.children.append(child)
-        return child
+        try:
+            return subprocess.Popen([sys.executable, "-m", "fakcore.cli", "serve", service], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                    start_new_session=True)
+        finally:
+            if out:
+                out.close()
 
     def stop(self, timeout: float = 15.0) -> None:
         # gateway first (no new requests), engines last but one, the bus last
@@ -91,6 +147,45 @@ class Topology:
 
     def dead(self) -> list[Child]:
         return [c for c in self.children if c.proc.poll() is not None]
+
+    # -- supervision ----------------------------------------------------------------------------------
+    def supervise(self, stopping: Callable[[], bool], interval: float = 0.2) -> None:
+        """Keep every process running until `stopping()` says otherwise (fak up: Ctrl-C / SIGTERM)."""
+        while not stopping():
+            self.supervise_once()
+            time.sleep(interval)
+
+    def supervise_once(self) -> None:
+        """One look at every process: one that died gets a restart time (its backoff), one whose time has
+        come is started again. Nothing here waits for a restart, so the others keep being watched."""
+        if self.nats is not None:
+            server = self.nats
+            code = server.proc.poll() if server.proc else -1
+            self._watch("nats-server", self.nats_backoff, code, server.restart)
+        for child in self.children:
+            self._watch(child.name, child.backoff, child.proc.poll(), lambda c=child: self._respawn(c))
+
+    def _respawn(self, child: Child) -> None:
+        child.proc = self._popen(child.service, child.name, child.env)
+
+    @staticmethod
+    def _watch(name: str, backoff: Backoff, code: int | None, restart: Callable[[], object]) -> None:
+        now = time.monotonic()
+        if backoff.due is None:
+            if code is not None:
+                delay = backoff.died(now)
+                say(f"{name} exited with status {code}; restarting in {delay:.1f}s")
+            return
+        if now < backoff.due:
+            return
+        backoff.started, backoff.due = now, None
+        try:
+            restart()
+        except (OSError, RuntimeError) as exc:  # e.g. nats-server's port taken meanwhile
+            delay = backoff.died(time.monotonic())
+            say(f"{name} did not restart ({exc}); trying again in {delay:.1f}s")
+            return
+        say(f"{name} restarted")
 
     # -- readiness ------------------------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> None:
@@ -136,6 +231,8 @@ class Topology:
             await nc.close()
 
     def _check_alive(self) -> None:
+        if self.nats is not None and not self.nats.alive():
+            raise StartupError(f"nats-server exited during start-up; see {self.nats.log_file}")
         dead = self.dead()
         if dead:
             c = dead[0]
@@ -172,6 +269,10 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:
         proc.wait()
 
 
+def say(text: str) -> None:
+    print(f"fak up: {text}", file=sys.stderr, flush=True)
+
+
 def up(settings: Settings, workers: int = 1) -> int:
     """The `fak up` command: start, report, supervise, stop."""
     t0 = time.monotonic()
@@ -187,22 +288,15 @@ def up(settings: Settings, workers: int = 1) -> int:
     try:
         topo.start()
     except StartupError as exc:
-        print(f"fak up: {exc}", file=sys.stderr)
+        say(str(exc))
         return 1
     s = topo.settings
     print(f"fak is up in {time.monotonic() - t0:.1f}s: gateway {topo.gateway_url}  (model {s.model}, backend {s.backend}, "
-          f"nats {s.nats_url}{' embedded' if topo.nats else ''})", flush=True)
+          f"nats {s.nats_url}{f' embedded, data {topo.nats.data_dir}' if topo.nats else ''})", flush=True)
     print(f"  OpenAI:    {topo.gateway_url}/v1    Anthropic: {topo.gateway_url}    health: {topo.gateway_url}/healthz", flush=True)
-    code = 0
     try:
-        while not stopping:
-            dead = topo.dead()
-            if dead:
-                print(f"fak up: {dead[0].name} exited with status {dead[0].proc.returncode}; stopping", file=sys.stderr)
-                code = 1
-                break
-            time.sleep(0.2)
+        topo.supervise(lambda: stopping)
     finally:
-        print("fak up: stopping", file=sys.stderr, flush=True)
+        say("stopping")
         topo.stop()
-    return code
+    return 0

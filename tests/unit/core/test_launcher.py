@@ -1,4 +1,5 @@
-"""The embedded nats-server and the process launcher start real processes and leave none behind."""
+"""The embedded nats-server and the process launcher start real processes and leave none behind; a process
+that dies is restarted with backoff; the data dir outlives a run and serves one server at a time."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import nats
 import pytest
 
-from fakcore.launcher import StartupError, Topology, stop_process
-from fakcore.natsd import EmbeddedNats
+from fakcore.launcher import Backoff, StartupError, Topology, data_dir, stop_process
+from fakcore.natsd import DataDirInUse, EmbeddedNats
 from fakcore.settings import Settings
 
 
@@ -141,3 +143,114 @@ def test_settings_reach_children(nats_server, tmp_path):
         assert asyncio.run(announce()) == 3
     finally:
         topo.stop()
+
+
+# -- supervision ------------------------------------------------------------------------------------------
+def test_backoff_doubles_up_to_a_cap_and_starts_over_after_a_healthy_run():
+    b = Backoff(first=0.5, cap=10.0, reset_after=30.0)
+    t, delays = 100.0, []
+    for _ in range(7):  # each restart dies again 1 s later
+        delays.append(b.died(t))
+        b.started = b.due
+        t = b.due + 1
+    assert delays == [0.5, 1, 2, 4, 8, 10, 10]
+    assert b.died(b.started + 30) == 0.5  # it had stayed up 30 s
+
+
+def test_a_failed_restart_counts_as_a_death(capsys):
+    b = Backoff(first=0.001, started=time.monotonic() - 100)
+    attempts = []
+
+    def restart(ok: bool) -> None:
+        attempts.append(ok)
+        if not ok:
+            raise RuntimeError("port taken")
+
+    Topology._watch("x", b, -9, lambda: restart(False))
+    assert b.deaths == 1 and attempts == []
+    from tests.conftest import wait_for
+
+    wait_for(lambda: time.monotonic() >= b.due, timeout=1)
+    Topology._watch("x", b, None, lambda: restart(False))
+    assert attempts == [False] and b.deaths == 2 and b.due is not None  # not reset: it was up 0 s
+    wait_for(lambda: time.monotonic() >= b.due, timeout=1)
+    Topology._watch("x", b, None, lambda: restart(True))
+    assert attempts == [False, True] and b.due is None
+    err = capsys.readouterr().err
+    assert "fak up: x exited with status -9; restarting in" in err and "did not restart (port taken)" in err
+    assert "fak up: x restarted" in err
+
+
+def test_topology_restarts_a_child_that_dies(nats_server, tmp_path, capsys):
+    from tests.conftest import base_settings, running, wait_for
+
+    with running(Topology(base_settings(nats_server.url), services=("kvmmu",), log_dir=tmp_path), timeout=60) as topo:
+        [child] = topo.children
+        old = child.proc
+        os.kill(old.pid, signal.SIGKILL)
+        assert wait_for(lambda: topo.supervise_once() or (child.proc is not old and child.proc.poll() is None), timeout=10)
+        assert old.poll() == -signal.SIGKILL
+        assert _environ(child.proc.pid)["FAK_NATS_URL"] == nats_server.url
+        assert "fak up: kvmmu exited with status -9; restarting in 0.5s" in capsys.readouterr().err
+        topo.wait_ready(30)  # a heartbeat from the new process
+        pid = child.proc.pid
+    assert not _alive(pid) and not _alive(old.pid)
+
+
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(e.decode().split("=", 1) for e in f.read().split(b"\0") if b"=" in e)
+
+
+# -- the data dir ---------------------------------------------------------------------------------------
+def test_data_dir_defaults_to_the_cache_dir_and_temp_is_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert data_dir(Settings.load(env={})) == tmp_path / "xdg" / "fak" / "data"
+    assert data_dir(Settings.load(env={"FAK_CACHE_DIR": str(tmp_path / "cache")})) == tmp_path / "cache" / "data"
+    assert data_dir(Settings.load(env={"FAK_DATA_DIR": str(tmp_path / "d")})) == tmp_path / "d"
+    assert data_dir(Settings.load(env={"FAK_DATA_DIR": "~/fak-data"})) == Path.home() / "fak-data"
+    assert data_dir(Settings.load(env={"FAK_DATA_DIR": "temp"})) is None
+
+
+def test_a_temporary_data_dir_is_removed_on_stop():
+    server = EmbeddedNats().start()
+    tmp = server.data_dir
+    assert (tmp / "js").is_dir()
+    server.stop()
+    assert not tmp.exists()
+
+
+def test_a_given_data_dir_is_kept_and_serves_one_server_at_a_time(tmp_path):
+    d = tmp_path / "data"
+    with EmbeddedNats(data_dir=d) as first:
+        with pytest.raises(DataDirInUse) as err:
+            EmbeddedNats(data_dir=d).start()
+        assert str(d) in str(err.value) and "--data-dir" in str(err.value) and str(os.getpid()) in str(err.value)
+        assert first.alive()
+    assert (d / "js").is_dir()
+    EmbeddedNats(data_dir=d).start().stop()  # the lock went with the first server
+
+
+def test_embedded_nats_restarts_on_its_port_with_its_streams(tmp_path):
+    async def publish(url: str) -> None:
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        await js.add_stream(name="T", subjects=["t.>"])
+        await js.publish("t.1", b"kept")
+        await nc.close()
+
+    async def count(url: str) -> int:
+        nc = await nats.connect(url)
+        info = await nc.jetstream().stream_info("T")
+        await nc.close()
+        return info.state.messages
+
+    with EmbeddedNats(data_dir=tmp_path) as server:
+        url, old = server.url, server.proc
+        asyncio.run(publish(url))
+        os.kill(old.pid, signal.SIGKILL)
+        old.wait()
+        assert not server.alive()
+        server.restart()
+        assert server.alive() and server.url == url and server.proc.pid != old.pid
+        assert asyncio.run(count(url)) == 1

@@ -1,0 +1,251 @@
+"""`fak up` supervises its processes: kill -9 one engine worker, or the embedded nats-server, and the stack
+serves on while the process comes back; quarantine verdicts outlive a restart of the whole stack (the
+default data dir keeps the JetStream store), and a second `fak up` on the same data dir is refused.
+
+Every test runs the real `fak up` command. Each process it starts inherits a tag in its environment, so the
+finaliser finds and kills all of them, also when the test fails or `fak up` itself is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import openai
+import pytest
+
+from fakcore.protocol import Decoders, subjects
+from tests.conftest import free_port, wait_for
+from tests.integration.test_quarantine import MARKER, PAYLOAD, conversation
+
+TAG = "FAK_TEST_SUPERVISION_TAG"
+ADMIN = "ops-key"
+
+
+class FakUp:
+    """One `fak up` subprocess, its output in a log file."""
+
+    def __init__(self, log: Path, *args: str, **env: str):
+        self.args = args
+        self.log = log
+        self.port = free_port()
+        self.tag = uuid.uuid4().hex
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAK_")}, "FAK_PORT": str(self.port),
+                    "FAK_ANNOUNCE_INTERVAL_S": "0.2", "FAK_WORKER_STALE_S": "3", TAG: self.tag, **env}
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 120) -> FakUp:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "fakcore.cli", "up", *self.args], env=self.env,
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        wait_for(lambda: "fak is up" in self.output() or self.proc.poll() is not None, timeout)
+        assert "fak is up" in self.output(), f"fak up did not come up:\n{self.output()[-4000:]}"
+        return self
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def processes(self) -> dict[int, list[str]]:
+        """pid -> argv of every live process carrying this run's tag (fak up, its services, nats-server)."""
+        found = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                env = _read(f"/proc/{entry}/environ")
+                argv = _read(f"/proc/{entry}/cmdline").split(b"\0")
+            except OSError:
+                continue
+            if f"{TAG}={self.tag}".encode() in env.split(b"\0") and argv[0]:  # a zombie has no argv
+                found[int(entry)] = [a.decode() for a in argv if a]
+        return found
+
+    def find(self, *words: str) -> dict[int, list[str]]:
+        return {pid: argv for pid, argv in self.processes().items() if all(w in argv for w in words)}
+
+    def stop(self) -> None:
+        """SIGTERM, as Ctrl-C would: fak up stops everything it started and exits 0."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(60) == 0, self.output()[-4000:]
+        assert wait_for(lambda: not self.processes(), timeout=10), f"left running: {self.processes()}"
+
+    def kill_all(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(30)
+        for pid in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.wait(10)
+        wait_for(lambda: not self.processes(), timeout=10)
+
+
+@contextlib.contextmanager
+def fak_up(log: Path, *args: str, **env: str) -> Iterator[FakUp]:
+    """A running `fak up`; stopped with SIGTERM at the end (nothing may be left), killed if anything failed."""
+    up = FakUp(log, *args, **env)
+    try:
+        yield up.start()
+        up.stop()
+    finally:
+        up.kill_all()
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def environ(pid: int) -> dict[str, str]:
+    return dict(e.decode().split("=", 1) for e in _read(f"/proc/{pid}/environ").split(b"\0") if b"=" in e)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return _read(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def get(url: str, key: str = "") -> dict:
+    req = urllib.request.Request(url, headers={"authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return json.loads(e.read() or b"{}")
+    except OSError:
+        return {}
+
+
+def workers(up: FakUp) -> set[str]:
+    return {w["worker"] for w in get(up.url + "/healthz").get("workers", [])}
+
+
+def chat(up: FakUp, messages: list[dict] | None = None):
+    client = openai.OpenAI(base_url=up.url + "/v1", api_key="-", max_retries=0, timeout=60)
+    return client.chat.completions.create(model="synthetic", max_tokens=4, temperature=0,
+                                          messages=messages or [{"role": "user", "content": "hi"}])
+
+
+def chat_ok(up: FakUp) -> bool:
+    try:
+        return bool(chat(up).choices[0].message.content is not None)
+    except openai.APIError:
+        return False
+
+
+def announcing_pid(nats_url: str, worker: str, timeout: float = 10) -> int:
+    """The pid of the process behind `worker`'s next announce (from its own /healthz); 0 if none came."""
+
+    async def main() -> str:
+        nc = await nats.connect(nats_url)
+        heard = asyncio.get_running_loop().create_future()
+
+        async def on_announce(msg) -> None:
+            a = Decoders.announce.decode(msg.data)
+            if a.worker == worker and not heard.done():
+                heard.set_result(a.metrics_url)
+
+        await nc.subscribe(subjects.ANNOUNCE, cb=on_announce)
+        try:
+            return await asyncio.wait_for(heard, timeout)
+        except TimeoutError:
+            return ""
+        finally:
+            await nc.close()
+
+    metrics_url = asyncio.run(main())
+    instance = get(metrics_url + "/healthz").get("instance", "") if metrics_url else ""
+    return int(instance.rsplit("-", 1)[1]) if instance else 0
+
+
+# -- one stack, two workers: kill parts of it -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[FakUp]:
+    tmp = tmp_path_factory.mktemp("supervision")
+    with fak_up(tmp / "fak-up.log", "--workers", "2", FAK_NATS_PORT=str(free_port()),
+                FAK_CACHE_DIR=str(tmp / "cache"), FAK_DATA_DIR=str(tmp / "data")) as up:
+        assert wait_for(lambda: len(workers(up)) == 2, timeout=30), get(up.url + "/healthz")
+        yield up
+
+
+def test_a_killed_worker_is_restarted_while_the_other_serves(stack):
+    nats_url = f"nats://127.0.0.1:{stack.env['FAK_NATS_PORT']}"
+    engines = {environ(pid)["FAK_WORKER_ID"]: pid for pid in stack.find("serve", "engine-cpu")}
+    assert len(engines) == 2 and set(engines) == workers(stack)
+    [victim] = [w for w in engines if w.endswith("-2")]
+    assert chat_ok(stack)
+
+    os.kill(engines[victim], signal.SIGKILL)
+    assert wait_for(lambda: not alive(engines[victim]), timeout=10)
+    assert all(chat_ok(stack) for _ in range(4)), "the surviving worker did not serve"
+    assert wait_for(lambda: "engine-cpu#2 exited with status -9; restarting in 0.5s" in stack.output(), timeout=10)
+
+    def restarted() -> int:
+        return next((pid for pid in stack.find("serve", "engine-cpu") if pid != engines[victim]
+                     and environ(pid).get("FAK_WORKER_ID") == victim), 0)
+
+    new = wait_for(restarted, timeout=20)
+    assert new, stack.output()[-4000:]
+    assert wait_for(lambda: announcing_pid(nats_url, victim) == new, timeout=60), "the restarted worker never announced"
+    assert workers(stack) == set(engines)
+    assert all(chat_ok(stack) for _ in range(4))
+
+
+def test_a_killed_nats_server_is_restarted_on_its_port(stack):
+    port = stack.env["FAK_NATS_PORT"]
+    [(old, argv)] = [(pid, argv) for pid, argv in stack.processes().items() if Path(argv[0]).name == "nats-server"]
+    assert argv[argv.index("-p") + 1] == port
+
+    os.kill(old, signal.SIGKILL)
+    assert wait_for(lambda: "nats-server exited with status -9; restarting in 0.5s" in stack.output(), timeout=10)
+    assert wait_for(lambda: "nats-server restarted" in stack.output(), timeout=20), stack.output()[-4000:]
+    [(new, argv)] = [(pid, argv) for pid, argv in stack.processes().items() if Path(argv[0]).name == "nats-server"]
+    assert new != old and argv[argv.index("-p") + 1] == port
+    assert wait_for(lambda: chat_ok(stack), timeout=30), "services did not reconnect to the restarted nats-server"
+    assert wait_for(lambda: get(stack.url + "/healthz").get("ok") and len(workers(stack)) == 2, timeout=30)
+
+
+# -- the default data dir: verdicts outlive the stack -----------------------------------------------------
+def test_a_quarantine_outlives_a_restart_of_fak_up(tmp_path):
+    env = {"FAK_CACHE_DIR": str(tmp_path / "cache"), "FAK_ADMIN_KEYS": ADMIN}  # FAK_DATA_DIR unset: the default
+    with fak_up(tmp_path / "first.log", **env) as up:
+        assert f"data {tmp_path / 'cache' / 'data'}" in up.output()
+        rival = subprocess.run([sys.executable, "-m", "fakcore.cli", "up"], env={**up.env, "FAK_PORT": str(free_port())},
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        assert rival.returncode == 1 and f"data dir {tmp_path / 'cache' / 'data'} is in use" in rival.stderr
+        assert "--data-dir" in rival.stderr and up.proc.poll() is None
+        first = chat(up, conversation("Weather in Paris?", PAYLOAD))
+        context = get(f"{up.url}/v1/fak/requests/{first.id}", ADMIN)
+        assert len(context["screened"]) == 1 and MARKER not in json.dumps(context["messages"])
+    assert (tmp_path / "cache" / "data" / "js").is_dir()
+
+    with fak_up(tmp_path / "second.log", **env) as up:
+        def verdicts() -> list[dict]:
+            records = get(f"{up.url}/v1/fak/audit?request_id={first.id}&kind=result", ADMIN).get("records", [])
+            return [r for r in records if r["outcome"] == "quarantine"]
+
+        assert wait_for(verdicts, timeout=20), "the audit log lost the verdict"
+        again = chat(up, conversation("And tomorrow?", PAYLOAD))
+        context = get(f"{up.url}/v1/fak/requests/{again.id}", ADMIN)
+        assert context["screened"] == [] and len(context["placeholders"]) == 1  # known: filtered from the cache
+        assert MARKER not in json.dumps(context["messages"])
