@@ -6,9 +6,10 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 TSTAMP  := $(VENV)/.installed-test
+CSTAMP  := clients/node_modules/.package-lock.json
 ARGS    ?=
 
-.PHONY: up test lint bench venv test-deps models clean
+.PHONY: up test lint bench venv test-deps models clients clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -24,7 +25,15 @@ $(TSTAMP): $(STAMP)
 
 venv: $(STAMP)
 
-test-deps: $(TSTAMP) models
+# The real agent clients (Claude Code) the end-to-end tests drive, pinned by clients/package-lock.json.
+# npm writes $(CSTAMP) on every install; touching it keeps make from re-installing an unchanged lock.
+$(CSTAMP): clients/package.json clients/package-lock.json
+	npm ci --prefix clients --no-audit --no-fund
+	touch $@
+
+clients: $(CSTAMP)
+
+test-deps: $(TSTAMP) models clients
 
 models: $(STAMP)
 	$(BIN)/fak model pull smollm2-135m
