@@ -6,14 +6,16 @@ multiply, chosen by `activations`:
 
 - "f32" (default): kernels.py dequantizes one weight row at a time into a per-thread buffer and multiplies
   float activations; argmax-exact against the f32 reference.
-- "int8": vnni.py quantizes activations to int8 per 32-element block and multiplies bytes with AVX-512
-  VNNI, as llama.cpp does: faster, and close to (not bit-equal with) the reference.
+- "int8": vnni.py quantizes activations to int8 per 32-element block and multiplies bytes with integer
+  dot products, as llama.cpp does: faster, and close to (not bit-equal with) the reference. The
+  instructions (`isa`: AVX-512 VNNI or AVX2) are the best the CPU has unless forced; both give the same bits.
 
 Every kernel of both paths is batch-invariant, so `batch_invariant = True`: exact KV eviction relies on it.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,8 @@ FLOAT_TYPES = ("F32", "F16", "BF16")
 
 NIBBLE_TYPES = ("Q4_0", "Q4_1", "Q4_K")  # 4-bit values: kept two to a byte
 ACTIVATIONS = ("f32", "int8")
+
+log = logging.getLogger("fak.engine-cpu")
 
 
 @dataclass
@@ -123,8 +127,10 @@ class NumbaBackend:
     name = "numba"
     device = "cpu"
     batch_invariant = True
+    isa = ""  # the int8 path's instructions ("avx512-vnni" | "avx2"); empty for f32 activations
 
-    def __init__(self, threads: int = 0, activations: str = "f32"):
+    def __init__(self, threads: int = 0, activations: str = "f32", isa: str = ""):
+        """isa: force an int8 path (vnni.ISAS), for tests and benchmarks; empty: the best this CPU has."""
         import numba
 
         from fak_engine_cpu import kernels
@@ -134,12 +140,21 @@ class NumbaBackend:
         if activations == "int8":
             from fak_engine_cpu import vnni
 
-            missing = vnni.missing_features()
-            if missing:
-                raise BackendError(f"numba backend: int8 activations need CPU features {', '.join(missing)}, "
-                                   "which this machine lacks; use activations f32")
-            self.vnni = vnni
-            self.name = "numba-int8"
+            if isa and isa not in vnni.ISAS:
+                raise BackendError(f"numba backend: int8 paths are {', '.join(vnni.ISAS)}, not {isa!r}")
+            if isa and vnni.missing_features(isa):  # forced: the path asked for or an error, never another
+                raise BackendError(f"numba backend: the {isa} int8 path needs CPU features "
+                                   f"{', '.join(vnni.missing_features(isa))}, which this machine lacks")
+            chosen = isa or vnni.best_isa()
+            if chosen is None:
+                lacks = "; ".join(f"{i} needs {', '.join(vnni.missing_features(i))}" for i in vnni.ISAS)
+                raise BackendError(f"numba backend: this CPU runs no int8 path ({lacks}); use activations f32")
+            self.vnni, self.isa, self.name = vnni, chosen, "numba-int8"
+            self.device = f"cpu:{chosen}"  # receipts and heartbeats name the path that ran
+            self._linear8 = vnni.LINEARS[chosen]
+            log.info("numba backend: int8 activations on the %s path%s", chosen, " (forced)" if isa else "")
+        elif isa:
+            raise BackendError(f"numba backend: isa {isa!r} is for int8 activations, not {activations}")
         self.activations = activations
         self.k = kernels
         if threads:
@@ -170,14 +185,14 @@ class NumbaBackend:
                     q = q + np.int8(8)
                     offset = offset - np.float32(8.0) * scale
                 q, layout = pack_nibbles(q), "nib"
-            elif self.activations == "int8":  # unsigned bytes for vpdpbusd (signed types: q + 128, offset - 128 d)
+            elif self.activations == "int8":  # unsigned bytes (signed types: q + 128, offset - 128 d)
                 if q.min() < 0:
                     q = (q.astype(np.int16) + 128).astype(np.uint8)
                     offset = offset - np.float32(128.0) * scale
                 q, layout = q.astype(np.uint8), "u8"
             else:
                 layout = "i8"
-            if self.activations == "int8":  # offsets stay float32: their share is summed outside the VNNI loop
+            if self.activations == "int8":  # offsets stay float32: their share is summed outside the integer loop
                 scale = _as_half_if_exact(scale)
             w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale), np.ascontiguousarray(offset), t.qtype,
                         layout)
@@ -224,7 +239,7 @@ class NumbaBackend:
         if isinstance(w, QMatrix) and self.activations == "int8":
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
             layout = "nib" if w.nibbles else f"u8_{w.sub}"
-            self.vnni.LINEAR[layout, w.scale.dtype == np.uint16](w.q, w.scale, w.offset, x, out)
+            self._linear8[layout, w.scale.dtype == np.uint16](w.q, w.scale, w.offset, x, out)
         elif isinstance(w, QMatrix):
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
             (self.k.linear_q4 if w.nibbles else self.k.linear_q)(w.q, w.scale, w.offset, x, out)

@@ -1,4 +1,4 @@
-"""The int8-activation path: quantized weights x int8 activations with AVX-512 VNNI, as llama.cpp does.
+"""The int8-activation path: quantized weights x int8 activations with integer dot products, as llama.cpp does.
 
 Per token, activations are quantized per 32-element block (x ~ dx * xq, xq int8, dx = max|x| / 127). A
 weight row is held as unsigned bytes u (0..255: 4-bit values as they are, int8 values + 128) with a scale d
@@ -6,12 +6,20 @@ and offset m per sub-block, w = d * u + m. Then
 
     y = sum over 32-blocks b of  d_b * dx_b * (u_b . xq_b)  +  sum over sub-blocks s of  m_s * X_s
 
-where u . xq is an exact integer dot product (one `vpdpbusd` per 32 elements: unsigned x signed bytes,
-four products summed per 32-bit lane) and X_s = dx * sum(xq) over the sub-block's elements. The integer
-sums are exact; the float work is a fixed sequence per (row, token) - so the path is batch-invariant like
-the f32 one, but not bit-equal to it (activations are rounded to 8 bits).
+where u . xq is an exact integer dot product, computed as 8 lanes of 32 bits, lane i summing the products of
+bytes 4i..4i+3 (the layout of AVX-512 VNNI's `vpdpbusd`), and X_s = dx * sum(xq) over the sub-block's
+elements. The integer sums are exact; the float work is a fixed sequence per (row, token) - so the path is
+batch-invariant like the f32 one, but not bit-equal to it (activations are rounded to 8 bits).
 
-numba cannot spell `vpdpbusd`, so the inner loop is LLVM IR emitted through `numba.extending.intrinsic`.
+Two instruction sets compute those lanes (ISAS; the backend picks the best one the CPU has):
+- "avx512-vnni": one `vpdpbusd` per 32 elements (unsigned x signed bytes, four products per lane);
+- "avx2": `vpmaddubsw` (pairs of unsigned x signed byte products -> 16 bits, saturating) then `vpmaddwd`
+  by ones (pairs of those -> 32 bits), arranged so that nothing saturates (see _Avx2). It also serves
+  AVX-512 CPUs without VNNI.
+The lanes are exact integers either way, and everything after them is the same IR, so the two paths give
+the same bits. numba cannot spell these instructions, so the inner loop is LLVM IR emitted through
+`numba.extending.intrinsic`. (Both live in this one file on purpose: numba's on-disk cache revalidates a
+kernel against the file that defines it, so the IR it inlines must not change in another file.)
 """
 
 from __future__ import annotations
@@ -24,23 +32,125 @@ from numba.extending import intrinsic
 
 from fak_engine_cpu.kernels import FAST
 
-REQUIRED = ("avx512vnni", "avx512vl")
+# The int8 paths, best first, and the CPU features (LLVM's names) each needs.
+ISAS = {"avx512-vnni": ("avx512vnni", "avx512vl"), "avx2": ("avx2", "fma", "f16c")}
+REQUIRED = ISAS["avx512-vnni"]
 
 
-def missing_features() -> list[str]:
-    """CPU features the int8 path needs that this machine lacks (LLVM's names)."""
+def missing_features(isa: str = "avx512-vnni") -> list[str]:
+    """CPU features the `isa` int8 path needs that this machine lacks (LLVM's names)."""
     have = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}
-    return [f for f in REQUIRED if f not in have]
+    return [f for f in ISAS[isa] if f not in have]
+
+
+def best_isa() -> str | None:
+    """The fastest int8 path this CPU can run, None when it runs none."""
+    return next((isa for isa in ISAS if not missing_features(isa)), None)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the VNNI dot product (LLVM IR)
+# the integer dot products (LLVM IR), one emitter per instruction set
 # ---------------------------------------------------------------------------------------------------------
 
-_I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
-_V16I8, _V32I8, _V8I32, _V8F32 = (ir.VectorType(_I8, 16), ir.VectorType(_I8, 32), ir.VectorType(_I32, 8),
-                                   ir.VectorType(_F32, 8))
+_I1, _I8, _I16, _I32, _I64, _F32 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType()
+_V16I8, _V32I8, _V16I16, _V8I32, _V8F32 = (ir.VectorType(_I8, 16), ir.VectorType(_I8, 32), ir.VectorType(_I16, 16),
+                                           ir.VectorType(_I32, 8), ir.VectorType(_F32, 8))
 
+
+class _Vnni:
+    """u . x in one `vpdpbusd` (unsigned bytes u x signed bytes x, four products summed per 32-bit lane)."""
+
+    def __init__(self, builder: ir.IRBuilder, nibbles: bool):
+        self.builder = builder
+        self.vpdpbusd = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.256",
+                                                         fnty=ir.FunctionType(_V8I32, [_V8I32, _V8I32, _V8I32]))
+
+    def token(self, x: ir.Value):  # x: one token's 32 int8 activations (v32i8)
+        return self.builder.bitcast(x, _V8I32)
+
+    def row(self, u: ir.Value):  # u: one row's 32 weight bytes (v32i8, read as unsigned)
+        return self.builder.bitcast(u, _V8I32)
+
+    def dot(self, row, token) -> ir.Value:  # -> v8i32, lane i = sum of products of bytes 4i..4i+3
+        return self.builder.call(self.vpdpbusd, [ir.Constant(_V8I32, None), row, token])
+
+
+class _Avx2:
+    """u . x with AVX2, in two steps that land on the lanes of `vpdpbusd`:
+
+        32 bytes u, x  --vpmaddubsw-->  16 x s16, lane j = u[2j] x[2j] + u[2j+1] x[2j+1]   (saturating)
+                       --vpmaddwd by ones-->  8 x s32, lane i = s16 lanes 2i + 2i+1 = bytes 4i..4i+3
+
+    Both work lane by lane (no crossing between 128-bit halves), so lane i is vpdpbusd's lane i. With
+    activations in -127..127 (never -128: quantize_activations rounds to +-127):
+
+    nibbles (u in 0..15): a pair sums to at most 2 * 15 * 127 = 3810, so u . x goes in directly.
+    bytes (u in 0..255):  u * x pairs can reach 2 * 255 * 127 = 64770 and would saturate. So, as llama.cpp
+        does for signed weights, take w = u - 128 (u xor 0x80, in -128..127) and multiply |w| (0..128,
+        unsigned: |-128| is the byte 0x80, which reads as 128) by x carrying w's sign (`vpsignb`, in
+        -127..127): pairs stay within 2 * 128 * 127 = 32512. Then u . x = w . x + 128 * sum(x), the last
+        term a token's own lanes (once per block, shared by every row) added in 32 bits.
+    Every step is exact, so the lanes equal vpdpbusd's bit for bit."""
+
+    def __init__(self, builder: ir.IRBuilder, nibbles: bool):
+        self.builder, self.nibbles = builder, nibbles
+        module = builder.module
+        self.maddubs = module.declare_intrinsic("llvm.x86.avx2.pmadd.ub.sw", fnty=ir.FunctionType(_V16I16, [_V32I8, _V32I8]))
+        self.maddwd = module.declare_intrinsic("llvm.x86.avx2.pmadd.wd", fnty=ir.FunctionType(_V8I32, [_V16I16, _V16I16]))
+        self.sign = module.declare_intrinsic("llvm.x86.avx2.psign.b", fnty=ir.FunctionType(_V32I8, [_V32I8, _V32I8]))
+        self.abs = module.declare_intrinsic("llvm.abs.v32i8", fnty=ir.FunctionType(_V32I8, [_V32I8, _I1]))
+
+    def _pairs_of_pairs(self, u: ir.Value, x: ir.Value) -> ir.Value:
+        return self.builder.call(self.maddwd, [self.builder.call(self.maddubs, [u, x]), ir.Constant(_V16I16, [1] * 16)])
+
+    def token(self, x: ir.Value):
+        if self.nibbles:
+            return x, None
+        return x, self.builder.call(self.maddwd, [self.builder.call(self.maddubs, [ir.Constant(_V32I8, [1] * 32), x]),
+                                                  ir.Constant(_V16I16, [128] * 16)])  # 128 * sum(x) per lane
+
+    def row(self, u: ir.Value):
+        if self.nibbles:
+            return u, None
+        w = self.builder.xor(u, ir.Constant(_V32I8, [-128] * 32))
+        return self.builder.call(self.abs, [w, ir.Constant(_I1, 0)]), w
+
+    def dot(self, row, token) -> ir.Value:
+        (u, w), (x, shift) = row, token
+        if self.nibbles:
+            return self._pairs_of_pairs(u, x)
+        return self.builder.add(self._pairs_of_pairs(u, self.builder.call(self.sign, [x, w])), shift)
+
+
+EMITTERS = {"avx512-vnni": _Vnni, "avx2": _Avx2}
+
+
+def lane_kernel(isa: str, nibbles: bool):
+    """A jitted lanes(u (N, 32) uint8, x (N, 32) int8, out (N, 8) int32): each block's integer lanes as
+    `isa` computes them inside the matmul kernels, so tests can hold them to their definition."""
+
+    def codegen(context, builder, signature, args):
+        u, x, out = (context.make_array(t)(context, builder, a) for t, a in zip(signature.args, args, strict=True))
+        emit = EMITTERS[isa](builder, nibbles)
+        load = lambda arr: builder.load(builder.bitcast(arr.data, _V32I8.as_pointer()), align=1)  # noqa: E731
+        builder.store(emit.dot(emit.row(load(u)), emit.token(load(x))), builder.bitcast(out.data, _V8I32.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def block(typingctx, u, x, out):
+        return types.none(u, x, out), codegen
+
+    @njit
+    def lanes(u, x, out):
+        for i in range(u.shape[0]):
+            block(u[i], x[i], out[i])
+
+    return lanes
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one tile of rows x tokens (LLVM IR)
+# ---------------------------------------------------------------------------------------------------------
 
 def _splat(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
     v = builder.insert_element(ir.Constant(_V8F32, None), value, ir.Constant(_I32, 0))
@@ -55,7 +165,7 @@ def _hsum(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)), builder.extract_element(v2, ir.Constant(_I32, 1)))
 
 
-def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
+def _rows_codegen(isa: str, nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
     """IR writing out[t0 + k, r0 + g] (g < group, k < tokens) for consecutive weight rows and tokens:
 
         out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb),   scale_rt(b) = d_rb * dx_tb
@@ -68,7 +178,8 @@ def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: boo
 
     nibbles: u packed two per byte (16 bytes per block: low nibble element j, high element j + 16).
     sub16:   a scale per 16 elements (lanes 0-3 and 4-7 of a block's partial sums get different scales).
-    half:    d holds IEEE half floats (uint16 bits), widened on load (vcvtph2ps): half the bytes."""
+    half:    d holds IEEE half floats (uint16 bits), widened on load (vcvtph2ps): half the bytes.
+    isa:     which instructions compute the integer lanes (EMITTERS); the float work is the same for all."""
 
     def codegen(context, builder, signature, args):
         arrays = [context.make_array(t)(context, builder, a) if isinstance(t, types.Array) else a
@@ -76,8 +187,7 @@ def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: boo
         w, r0, xq, t0, d, xd, out = arrays
         blocks = builder.extract_value(xd.shape, 1)
         module = builder.module
-        vpdpbusd = module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.256",
-                                            fnty=ir.FunctionType(_V8I32, [_V8I32, _V8I32, _V8I32]))
+        emit = EMITTERS[isa](builder, nibbles)
         fma = module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F32, [_V8F32, _V8F32, _V8F32]))
         i8p = _I8.as_pointer()
         prefetch = module.declare_intrinsic("llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]))
@@ -125,7 +235,7 @@ def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: boo
         xs, dxs = [], []
         for k in range(tokens):
             x = builder.load(builder.bitcast(builder.gep(xrows[k], [builder.mul(b, const(32))]), _V32I8.as_pointer()), align=1)
-            xs.append(builder.bitcast(x, _V8I32))
+            xs.append(emit.token(x))
             dxs.append(builder.load(builder.gep(xdrows[k], [b])))
         new_accs = {}
         for g in range(group):
@@ -139,14 +249,14 @@ def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: boo
             else:
                 u = builder.load(builder.bitcast(builder.gep(wrows[g], [builder.mul(b, const(32))]), _V32I8.as_pointer()),
                                  align=1)
-            u = builder.bitcast(u, _V8I32)
+            u = emit.row(u)
             if sub16:
                 d0, d1 = scalar(builder.gep(drows[g], [two_b])), scalar(builder.gep(drows[g], [builder.add(two_b, one)]))
             else:
                 dg = scalar(builder.gep(drows[g], [b]))
             for k in range(tokens):
                 c = (g, k)
-                isum = builder.call(vpdpbusd, [ir.Constant(_V8I32, None), u, xs[k]])
+                isum = emit.dot(u, xs[k])
                 if sub16:
                     s0, s1 = _splat(builder, builder.fmul(d0, dxs[k])), _splat(builder, builder.fmul(d1, dxs[k]))
                     scale = builder.shuffle_vector(s0, s1, ir.Constant(ir.VectorType(_I32, 8), [0, 1, 2, 3, 12, 13, 14, 15]))
@@ -173,21 +283,23 @@ def _rows_codegen(nibbles: bool, sub16: bool, group: int, tokens: int, half: boo
     return codegen
 
 
-def _make_rows(nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
+def _make_rows(isa: str, nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
     @intrinsic
     def rows(typingctx, w, r0, xq, t0, d, xd, out):
-        return types.none(w, r0, xq, t0, d, xd, out), _rows_codegen(nibbles, sub16, group, tokens, half)
+        return types.none(w, r0, xq, t0, d, xd, out), _rows_codegen(isa, nibbles, sub16, group, tokens, half)
 
+    # The linear kernels hold these in their closures, and numba's cache key hashes a closure's pickle,
+    # which holds an intrinsic's uuid: a random one (numba's default) would miss the cache in every process.
+    rows._set_uuid(f"fak.vnni.rows:{isa}:{int(nibbles)}{int(sub16)}{int(half)}:{group}x{tokens}")
     return rows
 
 
 PREFETCH_GROUPS = 2  # software prefetch distance, in groups of rows
-GROUP = 4  # rows per call: independent accumulation chains keep the FMA pipeline busy
-TOKENS = 4  # tokens per call when there are several: a row's unpacked bytes serve all of them
-# One numbered kind per (layout, scales stored as half); each has intrinsics for 4 rows x 4 tokens, 4 x 1, 1 x 1.
+# (rows, tokens) per call when there are several tokens: independent accumulation chains keep the FMA
+# pipeline busy, and a row's unpacked bytes serve every token. AVX2 has 16 vector registers, not 32.
+TILES = {"avx512-vnni": (4, 4), "avx2": (4, 2)}
+# One kind per (layout, scales stored as half); each has intrinsics for a full tile, rows x 1 token, 1 x 1.
 KINDS = [("nib", False), ("nib", True), ("u8_32", False), ("u8_32", True), ("u8_16", False), ("u8_16", True)]
-N0, N1, N2, N3, N4, N5 = (tuple(_make_rows(layout == "nib", layout == "u8_16", g, t, half)
-                                for g, t in ((GROUP, TOKENS), (GROUP, 1), (1, 1))) for layout, half in KINDS)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -231,11 +343,15 @@ def _offset(m: np.ndarray, X: np.ndarray, r: int, t: int) -> np.float32:
     return total
 
 
-def _make_linear(name, four_many, four_one, one_one, sub16):
+def _make_linear(isa: str, layout: str, half: bool):
+    group, tokens = TILES[isa]
+    nibbles, sub16 = layout == "nib", layout == "u8_16"
+    tile, rows_one, one_one = (_make_rows(isa, nibbles, sub16, g, t, half) for g, t in ((group, tokens), (group, 1), (1, 1)))
+
     def linear(u, d, m, x, out):
         """Weights u (R, subs, bytes) uint8 with scales d and float32 offsets m (R, subs) x activations x
-        (T, K) f32, quantized here to int8 -> out (T, R): four rows and four tokens at a time through the
-        VNNI intrinsics, plus each element's offset share (a short dot over the sub-blocks). Every output
+        (T, K) f32, quantized here to int8 -> out (T, R): a tile of rows x tokens at a time through the
+        intrinsics, plus each element's offset share (a short dot over the sub-blocks). Every output
         element comes from its own (row, token) computation (see _rows_codegen), whatever the grouping."""
         T, K = x.shape
         xq = np.empty((T, K), np.int8)
@@ -251,27 +367,28 @@ def _make_linear(name, four_many, four_one, one_one, sub16):
                     X[t, b] = xs16[t, 2 * b] + xs16[t, 2 * b + 1]
         R = u.shape[0]
         rows = u.reshape(R, u.shape[1] * u.shape[2])
-        for g in prange((R + GROUP - 1) // GROUP):
-            r0 = g * GROUP
-            if r0 + GROUP <= R:
-                full = T - T % TOKENS
-                for t in range(0, full, TOKENS):
-                    four_many(rows, r0, xq, t, d, xd, out)
+        for g in prange((R + group - 1) // group):
+            r0 = g * group
+            if r0 + group <= R:
+                full = T - T % tokens
+                for t in range(0, full, tokens):
+                    tile(rows, r0, xq, t, d, xd, out)
                 for t in range(full, T):
-                    four_one(rows, r0, xq, t, d, xd, out)
+                    rows_one(rows, r0, xq, t, d, xd, out)
             else:
                 for r in range(r0, R):
                     for t in range(T):
                         one_one(rows, r, xq, t, d, xd, out)
-            for r in range(r0, min(R, r0 + GROUP)):
+            for r in range(r0, min(R, r0 + group)):
                 for t in range(T):
                     out[t, r] += _offset(m, X, r, t)
 
     # numba's on-disk cache is indexed by a function's qualified name and line: each variant gets its own
     # name, so no variant can ever be served another's compiled code.
-    linear.__name__ = linear.__qualname__ = name
+    linear.__name__ = linear.__qualname__ = f"linear_{'' if isa == 'avx512-vnni' else isa + '_'}{layout}_{'f16' if half else 'f32'}"
     return njit(parallel=True, cache=True)(linear)
 
 
-LINEAR = {(layout, half): _make_linear(f"linear_{layout}_{'f16' if half else 'f32'}", *kernels, layout == "u8_16")
-          for (layout, half), kernels in zip(KINDS, (N0, N1, N2, N3, N4, N5), strict=True)}
+# LINEARS[isa][layout, scales stored as half]: the matmul kernels of each path; numba compiles one on first call.
+LINEARS = {isa: {(layout, half): _make_linear(isa, layout, half) for layout, half in KINDS} for isa in ISAS}
+LINEAR = LINEARS["avx512-vnni"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fak_engine_cpu import vnni
 from fak_engine_cpu.backend import NumbaBackend, QMatrix
 from fakcore.engine.reference import ReferenceBackend
 from fakcore.formats.quants import QTYPES
@@ -93,30 +94,58 @@ def test_elementwise_ops_match_reference(nb):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the int8-activation (AVX-512 VNNI) path
+# the int8-activation path, on every instruction set this CPU runs (AVX-512 VNNI, AVX2)
 # ---------------------------------------------------------------------------------------------------------
 
-VNNI_MISSING = __import__("fak_engine_cpu.vnni", fromlist=["missing_features"]).missing_features()
+INT8_PATHS = [isa for isa in vnni.ISAS if not vnni.missing_features(isa)]
 
 
-def test_int8_path_is_explicit_about_the_cpu_it_needs():
+def test_int8_path_is_chosen_from_the_cpu_and_a_forced_one_it_lacks_is_an_error(monkeypatch):
     from fakcore.engine.backend import BackendError
 
-    if VNNI_MISSING:  # this machine cannot run it: asking must fail loudly, naming what is missing
-        with pytest.raises(BackendError, match="avx512"):
-            NumbaBackend(activations="int8")
-    else:
-        assert NumbaBackend(activations="int8").name == "numba-int8"
+    if INT8_PATHS:  # no flag needed: the best path this CPU has
+        be = NumbaBackend(activations="int8")
+        assert (be.name, be.isa) == ("numba-int8", INT8_PATHS[0])
+    for isa in vnni.ISAS:  # a path this CPU cannot run, asked for by name, fails loudly naming what is missing
+        if isa not in INT8_PATHS:
+            with pytest.raises(BackendError, match=f"{isa} int8 path needs CPU features {vnni.missing_features(isa)[0]}"):
+                NumbaBackend(activations="int8", isa=isa)
+    # the same on a CPU without VNNI, whatever this one has: the AVX2 path chosen, VNNI forced an error
+    lacks_vnni = {"avx512-vnni": ["avx512vnni"], "avx2": []}
+    monkeypatch.setattr(vnni, "missing_features", lambda isa="avx512-vnni": lacks_vnni[isa])
+    assert NumbaBackend(activations="int8").isa == "avx2"
+    with pytest.raises(BackendError, match="avx512-vnni int8 path needs CPU features avx512vnni"):
+        NumbaBackend(activations="int8", isa="avx512-vnni")
+    with pytest.raises(BackendError, match="int8 paths are"):
+        NumbaBackend(activations="int8", isa="sse2")
     with pytest.raises(BackendError, match="activations"):
         NumbaBackend(activations="fp8")
+    with pytest.raises(BackendError, match="isa"):
+        NumbaBackend(isa="avx2")  # an int8 path for f32 activations
 
 
-@pytest.fixture(scope="module")
-def nb8():
-    # Fails, not skips, on a CPU without VNNI: the int8 path's claims cannot be witnessed there.
-    if VNNI_MISSING:
-        pytest.fail(f"this machine lacks {VNNI_MISSING}: the int8 path cannot be tested here")
-    return NumbaBackend(activations="int8")
+@pytest.fixture(scope="module", params=INT8_PATHS or [None])
+def nb8(request):
+    # Fails, not skips, on a CPU that runs no int8 path: the path's claims cannot be witnessed there.
+    if request.param is None:
+        pytest.fail(f"this machine runs no int8 path ({[(isa, vnni.missing_features(isa)) for isa in vnni.ISAS]})")
+    return NumbaBackend(activations="int8", isa=request.param)
+
+
+@pytest.mark.parametrize("nibbles", [True, False], ids=["nibbles", "bytes"])
+def test_int8_lanes_are_exact_integer_dot_products(nb8, nibbles):
+    """Each path's 8 lanes per 32-byte block are the sums of 4 adjacent u x xq products (vpdpbusd's lanes),
+    exactly, including the worst cases for AVX2's saturating 16-bit pair sums (u = 255 against +-127)."""
+    top = 16 if nibbles else 256
+    uu, xx = np.meshgrid(np.arange(top), np.arange(-127, 128), indexing="ij")  # every (u, x), 4 per lane
+    u = np.repeat(uu.reshape(-1, 1), 32, 1).astype(np.uint8)
+    x = np.repeat(xx.reshape(-1, 1), 32, 1).astype(np.int8)
+    rng = np.random.default_rng(7)
+    u = np.concatenate([u, rng.integers(0, top, (4096, 32)).astype(np.uint8)])
+    x = np.concatenate([x, rng.integers(-127, 128, (4096, 32)).astype(np.int8)])
+    lanes = np.empty((len(u), 8), np.int32)
+    vnni.lane_kernel(nb8.isa, nibbles)(u, x, lanes)
+    np.testing.assert_array_equal(lanes, (u.astype(np.int32) * x).reshape(-1, 8, 4).sum(-1))
 
 
 @pytest.mark.parametrize("qtype", INTEGER_TYPES)
@@ -132,6 +161,20 @@ def test_int8_linear_close_to_reference_and_batch_invariant(nb8, qtype, tokens):
     assert np.abs(y - expected).max() <= 0.02 * np.abs(expected).max()
     for i in range(tokens):
         assert np.array_equal(nb8.linear(x[i:i + 1], w)[0], y[i])
+
+
+def test_int8_paths_give_the_same_bits():
+    """Where the CPU runs more than one path (AVX-512 VNNI and AVX2), they agree bit for bit: same lanes,
+    same float work. Elsewhere each path's lanes are held to their definition above."""
+    if len(INT8_PATHS) < 2:
+        pytest.skip(f"this CPU runs only the {INT8_PATHS} int8 path(s): nothing to compare")
+    backends = [NumbaBackend(activations="int8", isa=isa) for isa in INT8_PATHS]
+    for qtype in INTEGER_TYPES:
+        t = quantized(qtype, 37, 512, seed=4)
+        x = np.random.default_rng(8).standard_normal((9, 512)).astype(np.float32)
+        first, *others = (be.linear(x, be.matrix(t)) for be in backends)
+        for y in others:
+            assert np.array_equal(first, y), qtype
 
 
 def test_int8_embedding_and_fused_rows(nb8):
