@@ -50,7 +50,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     model: Annotated[str, _doc("Model an engine worker serves: `synthetic`, `smollm2-135m`, a .gguf path, a safetensors dir, or hf://org/repo.")] = "synthetic"
     backend: Annotated[str, _doc("Engine numeric path: `reference` (numpy f32) or `numba` (fast CPU).")] = "reference"
     threads: Annotated[int, _doc("Compute threads of the numba backend (0: all cores).")] = 0
-    activations: Annotated[str, _doc("numba backend: `f32` activations (argmax-exact vs the reference) or `int8` (AVX-512 VNNI, faster, approximate).")] = "f32"
+    activations: Annotated[str, _doc("numba backend: `f32` activations (argmax-exact vs the reference) or `int8` (int8 dot products with AVX-512 VNNI or AVX2, whichever the CPU has; faster, approximate).")] = "f32"
     worker_id: Annotated[str, _doc("Engine worker name on the bus (default: host-pid).")] = ""
     max_sessions: Annotated[int, _doc("Sequences an engine worker decodes together (continuous batching width).")] = 16
     max_queue: Annotated[int, _doc("Requests an engine worker queues beyond `max_sessions` before refusing (overloaded).")] = 64
