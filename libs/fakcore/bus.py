@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
@@ -33,6 +33,10 @@ class BusTimeout(Exception):
     def __init__(self, message: str, first: bool = True):
         super().__init__(message)
         self.first = first
+
+
+class PeerLost(Exception):
+    """The peer answering a streamed request is gone (the caller's `lost()` said why, in the message)."""
 
 
 async def connect(settings: Settings, name: str, *, connect_timeout: float = 5.0) -> NATS:
@@ -83,11 +87,15 @@ async def stream_request(
     first_timeout: float,
     idle_timeout: float,
     is_last: Any,
+    lost: Callable[[], str] | None = None,
+    check_every: float = 0.5,
 ) -> AsyncIterator[Any]:
     """Publish `payload` with a private reply inbox and yield decoded replies until `is_last(reply)`.
 
     Raises NoResponders at once when no subscriber exists, BusTimeout when the first reply takes longer
-    than `first_timeout` or a later one longer than `idle_timeout`.
+    than `first_timeout` or a later one longer than `idle_timeout`. With `lost`, a wait longer than
+    `check_every` asks it whether the peer is still there: a non-empty answer raises PeerLost with it, so
+    a dead peer fails the stream in seconds rather than after the idle timeout.
     """
     inbox = nc.new_inbox()
     queue: asyncio.Queue = asyncio.Queue()
@@ -99,12 +107,24 @@ async def stream_request(
     try:
         await nc.publish(subject, payload, reply=inbox)
         await nc.flush()
+        loop = asyncio.get_running_loop()
         timeout, first = first_timeout, True
         while True:
-            try:
-                msg = await asyncio.wait_for(queue.get(), timeout=timeout)
-            except TimeoutError:
-                raise BusTimeout(f"no reply on {subject} within {timeout:.1f}s", first=first) from None
+            deadline = loop.time() + timeout
+            while True:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise BusTimeout(f"no reply on {subject} within {timeout:.1f}s", first=first)
+                try:
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancellation that lands as
+                    # the reply does, and a cancelled request must stop (the client left)
+                    async with asyncio.timeout(min(left, check_every) if lost else left):
+                        msg = await queue.get()
+                    break
+                except TimeoutError:
+                    reason = lost() if lost else ""
+                    if reason:
+                        raise PeerLost(reason) from None
             if _is_no_responders(msg):
                 raise NoResponders(subject)
             reply = decoder.decode(msg.data)

@@ -146,7 +146,7 @@ class GenerateError(Message, kw_only=True):
 
 
 class ErrorCode:
-    OVERLOADED = "overloaded"  # worker queue full: retry later (HTTP 503 / Anthropic 529)
+    OVERLOADED = "overloaded"  # worker queue full: retry later (HTTP 429 / Anthropic 529, with retry-after)
     INVALID = "invalid_request"  # the request cannot be served as asked (HTTP 400)
     CONTEXT_LENGTH = "context_length_exceeded"  # prompt + max_tokens beyond the model's window (HTTP 400)
     UNSUPPORTED = "unsupported"  # a feature this model/engine does not have (HTTP 400)

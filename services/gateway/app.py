@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -150,6 +151,37 @@ def _stream(state: State, route: str, wire: str, body: AsyncIterator[bytes], hea
                   headers={"cache-control": "no-cache", "x-accel-buffering": "no", **headers})
 
 
+CLIENT_GONE = 499  # the status (nginx's) counted for a request whose client left before its response
+
+
+async def _respond(request: Request, collect: Coroutine[Any, Any, dict[str, Any]], headers: dict[str, str]) -> Response:
+    """A non-stream response, collected from the reply stream unless the client disconnects first.
+
+    The body is read by now, so the next ASGI message is `http.disconnect`: waiting for it costs nothing
+    while the client stays. When it comes, the collection is cancelled, which closes the reply stream, and
+    its finally (Engines.generate) tells the worker to drop the sequence. (Streams need none of this: the
+    streaming response listens for the disconnect itself and cancels the body's iteration.)"""
+    collecting = asyncio.ensure_future(collect)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((collecting, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        collecting.cancel()  # a no-op once it is done
+    try:
+        return Response(await collecting, headers=headers)
+    except asyncio.CancelledError:
+        if not gone.done() or gone.cancelled():
+            raise  # not the client's leaving: this handler itself is being cancelled
+        log.info("client left %s before its response; its request is cancelled", request.url.path)
+        return Response(None, status_code=CLIENT_GONE)
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Handlers
 # ---------------------------------------------------------------------------------------------------------
@@ -212,7 +244,7 @@ async def chat_completions(request: Request) -> Response | Stream:
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))
         return _stream(state, "chat", "openai", openai_wire.chat_stream(req, first, replies, include_usage), _receipt_headers(first))
-    return Response(await openai_wire.chat_response(req, replies), headers=_receipt_headers(first))
+    return await _respond(request, openai_wire.chat_response(req, replies), _receipt_headers(first))
 
 
 @post("/v1/completions", status_code=200)
@@ -225,7 +257,7 @@ async def completions(request: Request) -> Response | Stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))
         return _stream(state, "completions", "openai", openai_wire.completion_stream(req, first, replies, include_usage),
                        _receipt_headers(first))
-    return Response(await openai_wire.completion_response(req, replies), headers=_receipt_headers(first))
+    return await _respond(request, openai_wire.completion_response(req, replies), _receipt_headers(first))
 
 
 @post("/v1/messages", status_code=200)
@@ -237,7 +269,7 @@ async def messages(request: Request) -> Response | Stream:
     if r.stream:
         return _stream(state, "messages", "anthropic", anthropic_wire.message_stream(req, first, replies, first.prompt_tokens),
                        _receipt_headers(first))
-    return Response(await anthropic_wire.message_response(req, replies), headers=_receipt_headers(first))
+    return await _respond(request, anthropic_wire.message_response(req, replies), _receipt_headers(first))
 
 
 @post("/v1/messages/count_tokens", status_code=200)
@@ -282,7 +314,8 @@ ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1
 
 def _error_response(request: Request, err: WireError) -> Response:
     status, body = err.render(wire_of(request.url.path))
-    return Response(body, status_code=status)
+    headers = {"retry-after": str(max(1, math.ceil(err.retry_after)))} if err.retry_after is not None else None
+    return Response(body, status_code=status, headers=headers)
 
 
 def on_wire_error(request: Request, exc: WireError) -> Response:

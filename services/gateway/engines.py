@@ -1,21 +1,35 @@
-"""The gateway's view of the engines: who serves what (from heartbeats), and a streamed generate call.
+"""The gateway's view of the engines: who serves what and how loaded (from heartbeats), and a streamed
+generate call that routes, retries and notices a dead worker.
 
-Routing is NATS's: a request goes to the model's queue group and one live worker takes it. What the gateway
-adds is bounded waiting: NATS answers "no responders" at once when no worker subscribes, a worker must
-accept (Accepted) within `ack_timeout_s`, and the stream may not fall silent for `idle_timeout_s`.
+Routing: a session's requests go to the worker holding its cache (x-fak-session) while it is alive and has
+room; any other request to the live worker with the most free room (`capacity + queue_limit - active -
+queued` from its last announce, less what this gateway has sent it since and is still running there), on
+that worker's own subject. Before any worker has announced itself, to the model's queue group, where NATS
+gives it to one of them.
+
+Bounded waiting: NATS answers "no responders" at once when nobody subscribes, a worker must accept
+(Accepted) within `ack_timeout_s`, and the stream may not fall silent for `idle_timeout_s`. A silent stream
+also looks every `CHECK_EVERY_S` whether its worker still announces itself: after `worker_stale_s` without
+a heartbeat, or once it announces a new incarnation (restarted), the stream fails with a clear error.
+
+Retries: a worker that refuses for load makes way for the next one (none that refused since its last
+announce); a request whose worker dies before its first token is sent once more (its second Accepted is not
+passed on). A refusal by all carries `retry_after`.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from fak_gateway.errors import WireError
+from fak_gateway.errors import RETRY_AFTER_S, WireError
 from fakcore import bus
 from fakcore.protocol import (
     Accepted,
@@ -24,6 +38,7 @@ from fakcore.protocol import (
     CountTokensReply,
     CountTokensRequest,
     Decoders,
+    ErrorCode,
     GenerateDone,
     GenerateError,
     GenerateRequest,
@@ -37,13 +52,16 @@ log = logging.getLogger("fak.gateway.engines")
 
 
 AFFINITY_SESSIONS = 100_000  # sessions whose worker the gateway remembers (least recently used dropped first)
+CHECK_EVERY_S = 0.5  # a silent stream looks this often whether its worker is still alive
 
 
-async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    yield first
-    if not isinstance(first, GenerateDone | GenerateError):
-        async for reply in rest:
-            yield reply
+@dataclass
+class _Watch:
+    """The worker a request is waiting on, and when it last showed signs of life to this request."""
+
+    worker: str  # "" while the model's queue group has not answered yet
+    incarnation: str
+    since: float  # monotonic: when the request was sent, or its latest reply came
 
 
 class Engines:
@@ -54,6 +72,9 @@ class Engines:
         self.workers: dict[str, Announce] = {}
         self.services: dict[str, Heartbeat] = {}
         self._seen: dict[str, float] = {}
+        self._sent: dict[str, int] = {}  # requests in flight to a worker, sent since its last announce
+        self._announces: dict[str, int] = {}  # announces heard per worker (which one a sent request counts against)
+        self._full: set[str] = set()  # workers that refused for load since their last announce
 
     async def start(self) -> None:
         await self.nc.subscribe(subjects.ANNOUNCE, cb=self._on_announce)
@@ -66,6 +87,9 @@ class Engines:
             return
         self.workers[a.worker] = a
         self._seen["w:" + a.worker] = time.monotonic()
+        self._sent.pop(a.worker, None)  # its own count now includes what we sent
+        self._announces[a.worker] = self._announces.get(a.worker, 0) + 1
+        self._full.discard(a.worker)
 
     async def _on_heartbeat(self, msg: Any) -> None:
         try:
@@ -96,14 +120,41 @@ class Engines:
             raise WireError("not_found", f"model {model!r} does not exist; this gateway serves: {', '.join(self.known_models())}",
                             param="model")
 
-    def _route(self, req: GenerateRequest) -> tuple[str, str]:
-        """(subject, pinned worker): a session's requests go to the worker that holds its cache while it is
-        alive (x-fak-session); anything else to the model's queue group, where any worker may take it."""
-        worker = self.affinity.get(req.session, "") if req.session else ""
-        if worker and any(a.worker == worker for a in self.live_workers(req.model)):
-            self.affinity.move_to_end(req.session)
-            return subjects.worker(worker, "generate"), worker
-        return subjects.generate(req.model), ""
+    # -- routing ----------------------------------------------------------------------------------------
+    def free(self, a: Announce) -> int:
+        """Requests `a` could still take by its last announce (none once it refused one for load since)."""
+        if a.worker in self._full:
+            return 0
+        return a.capacity + a.queue_limit - a.active - a.queued
+
+    def room(self, a: Announce) -> int:
+        """`free`, less what this gateway sent it since that announce and is still running: a burst spreads
+        before the workers report it."""
+        return self.free(a) - self._sent.get(a.worker, 0)
+
+    def _count(self, worker: str) -> tuple[str, int]:
+        """Note a request sent to `worker`; returns what `_uncount` needs when it is over."""
+        self._sent[worker] = self._sent.get(worker, 0) + 1
+        return worker, self._announces.get(worker, 0)
+
+    def _uncount(self, worker: str, announce: int) -> None:
+        """A request is over: it takes no room any more, unless an announce since has counted it already."""
+        if self._announces.get(worker, 0) == announce and self._sent.get(worker, 0) > 0:
+            self._sent[worker] -= 1
+
+    def _pick(self, req: GenerateRequest, tried: set[str]) -> str:
+        """The worker to send to ("": the model's queue group, when no untried worker has announced itself)."""
+        live = [a for a in self.live_workers(req.model) if a.worker not in tried]
+        pinned = self.affinity.get(req.session, "") if req.session else ""
+        for a in live:
+            if a.worker == pinned and self.free(a) > 0:
+                self.affinity.move_to_end(req.session)
+                return pinned
+        if not live:
+            return ""
+        # most room; then the least busy; then any (so that equal workers share a trickle of requests)
+        best = max(live, key=lambda a: (self.room(a), self.free(a), -a.active - self._sent.get(a.worker, 0), random.random()))
+        return best.worker
 
     def _pin(self, session: str, worker: str) -> None:
         if session:
@@ -112,32 +163,75 @@ class Engines:
             while len(self.affinity) > AFFINITY_SESSIONS:
                 self.affinity.popitem(last=False)
 
+    def _lost(self, watch: _Watch) -> str:
+        """Why the watched worker can no longer answer ("" while it can): no heartbeat (nor reply) for
+        `worker_stale_s`, or a heartbeat from a new incarnation of it."""
+        if not watch.worker:
+            return ""
+        seen = self._seen.get("w:" + watch.worker, 0.0)
+        a = self.workers.get(watch.worker)
+        if a is not None and seen > watch.since and watch.incarnation and a.incarnation not in ("", watch.incarnation):
+            return "it was restarted"
+        silent = time.monotonic() - max(seen, watch.since)
+        return f"no heartbeat for {silent:.1f}s" if silent >= self.settings.worker_stale_s else ""
+
+    # -- generate ---------------------------------------------------------------------------------------
     async def generate(self, req: GenerateRequest) -> AsyncIterator[Any]:
-        """Yield Accepted, TokenChunk…, then GenerateDone; engine errors become WireError."""
+        """Yield Accepted, TokenChunk…, then GenerateDone; engine errors become WireError. Routing, retries
+        and the watch on the worker: see the module's docstring."""
         self.check_model(req.model)
         s = self.settings
-        finished = False
-        subject, pinned = self._route(req)
+        tried: set[str] = set()  # workers that refused this request for load, were gone, or died on it
+        accepted = started = resent = finished = False
         try:
-            try:
-                first = await self._open(subject, req)
-            except bus.NoResponders:
-                if not pinned:
-                    raise
-                log.info("session %s: worker %s is gone; routing by the model's queue group", req.session, pinned)
-                self.affinity.pop(req.session, None)
-                first = await self._open(subjects.generate(req.model), req)
-            stream, head = first
-            if isinstance(head, Accepted):
-                self._pin(req.session, head.receipt.worker)
-            async for reply in _chain(head, stream):
-                if isinstance(reply, GenerateError):
-                    finished = True
-                    raise WireError.from_engine(reply.code, reply.message)
-                if isinstance(reply, GenerateDone):
-                    finished = True
-                    self.on_done(req.model, reply)
-                yield reply
+            while True:
+                worker = self._pick(req, tried)
+                a = self.workers.get(worker)
+                watch = _Watch(worker, a.incarnation if a else "", time.monotonic())
+                counted = self._count(worker) if worker else None
+                stream = self._send(worker, req, watch)
+                try:
+                    async for reply in stream:
+                        watch.since = time.monotonic()
+                        if isinstance(reply, Accepted):
+                            watch.worker, watch.incarnation = reply.receipt.worker, reply.receipt.incarnation
+                            self._pin(req.session, reply.receipt.worker)
+                            if counted is None:
+                                counted = self._count(reply.receipt.worker)
+                            if accepted:
+                                continue  # sent again after its first worker died: the caller has its Accepted
+                            accepted = True
+                        elif isinstance(reply, GenerateError):
+                            if reply.code == ErrorCode.OVERLOADED and self._refused(req, worker, tried):
+                                break  # another worker has room
+                            finished = True
+                            raise self._error(req, reply)
+                        elif isinstance(reply, GenerateDone):
+                            finished = True
+                            self.on_done(req.model, reply)
+                        else:
+                            started = True
+                        yield reply
+                        if finished:
+                            return
+                except bus.NoResponders:
+                    if not worker:
+                        raise
+                    log.info("worker %s is gone (nobody on its subject); sending %s elsewhere", worker, req.request_id)
+                    tried.add(worker)
+                except bus.PeerLost as exc:
+                    tried.add(watch.worker)
+                    if started or resent:
+                        raise WireError("unavailable", f"engine worker {watch.worker} stopped ({exc}) before request "
+                                                       f"{req.request_id} finished") from None
+                    log.warning("worker %s stopped (%s) before request %s started; sending it once more",
+                                watch.worker, exc, req.request_id)
+                    resent = True
+                    await self._cancel(req)  # were it only stalled, it must not serve the request as well
+                finally:
+                    await stream.aclose()
+                    if counted is not None:
+                        self._uncount(*counted)
         except bus.NoResponders:
             finished = True
             raise WireError("unavailable", f"no engine worker is serving model {req.model!r} right now") from None
@@ -148,18 +242,38 @@ class Engines:
             raise WireError("timeout", f"engine for {req.model!r} went silent for {s.idle_timeout_s:g}s") from None
         finally:
             if not finished:  # client went away or timed out: free the worker's slot
-                try:
-                    await self.nc.publish(subjects.CANCEL, encode(CancelRequest(request_id=req.request_id)))
-                except Exception:
-                    pass
+                await self._cancel(req)
 
-    async def _open(self, subject: str, req: GenerateRequest) -> tuple[AsyncIterator[Any], Any]:
-        """Send the request; return the reply stream and its first reply (NoResponders at once if nobody
-        subscribes to `subject`)."""
+    def _refused(self, req: GenerateRequest, worker: str, tried: set[str]) -> bool:
+        """`worker` refused `req` for load: whether another worker may have room for it. Announces are up
+        to an interval old, so only a refusal of its own since its last one rules a worker out."""
+        if not worker:
+            return False  # the queue group's choice: we cannot tell which one to avoid
+        self._full.add(worker)
+        tried.add(worker)
+        nxt = self._pick(req, tried)
+        log.debug("worker %s refused %s for load; next: %r", worker, req.request_id, nxt)
+        return bool(nxt) and nxt not in self._full
+
+    def _error(self, req: GenerateRequest, reply: GenerateError) -> WireError:
+        message = reply.message
+        if reply.code == ErrorCode.OVERLOADED:
+            message = f"every engine worker for {req.model!r} is at capacity ({message}); retry after {RETRY_AFTER_S:g}s"
+        return WireError.from_engine(reply.code, message)
+
+    def _send(self, worker: str, req: GenerateRequest, watch: _Watch) -> AsyncIterator[Any]:
+        """The reply stream of `req` sent to `worker` (its own subject) or to the model's queue group."""
         s = self.settings
-        stream = bus.stream_request(self.nc, subject, encode(req), Decoders.engine_reply, first_timeout=s.ack_timeout_s,
-                                    idle_timeout=s.idle_timeout_s, is_last=lambda r: isinstance(r, GenerateDone | GenerateError))
-        return stream, await stream.__anext__()
+        subject = subjects.worker(worker, "generate") if worker else subjects.generate(req.model)
+        return bus.stream_request(self.nc, subject, encode(req), Decoders.engine_reply, first_timeout=s.ack_timeout_s,
+                                  idle_timeout=s.idle_timeout_s, is_last=lambda r: isinstance(r, GenerateDone | GenerateError),
+                                  lost=lambda: self._lost(watch), check_every=CHECK_EVERY_S)
+
+    async def _cancel(self, req: GenerateRequest) -> None:
+        try:
+            await self.nc.publish(subjects.CANCEL, encode(CancelRequest(request_id=req.request_id)))
+        except Exception:
+            pass
 
     async def count_tokens(self, req: CountTokensRequest) -> int:
         self.check_model(req.model)

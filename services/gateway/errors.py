@@ -2,7 +2,8 @@
 
 A handler raises `WireError(kind, message)`; the app renders it for the wire the request came in on:
 OpenAI `{"error": {"message", "type", "param", "code"}}`, Anthropic `{"type": "error", "error": {"type",
-"message"}}`, with the status that wire uses for that kind.
+"message"}}`, with the status that wire uses for that kind. A refusal for load carries `retry_after`
+(seconds), sent as the `retry-after` header, which both wires' SDKs honour when they retry.
 """
 
 from __future__ import annotations
@@ -21,9 +22,15 @@ KINDS = {
     "rate_limit": (429, "rate_limit_error", "rate_limit_error", 429),
     "internal": (500, "server_error", "api_error", 500),
     "unavailable": (503, "service_unavailable", "overloaded_error", 503),
-    "overloaded": (503, "server_error", "overloaded_error", 529),
+    # every worker is full: 429 is what OpenAI sends when "the engine is currently overloaded" (type
+    # server_error) and what its SDKs retry on; Anthropic's own overload status is 529
+    "overloaded": (429, "server_error", "overloaded_error", 529),
     "timeout": (504, "timeout", "api_error", 504),
+    "bad_gateway": (502, "server_error", "api_error", 502),  # an upstream that cannot be reached or broke its reply
+    "not_implemented": (501, "server_error", "api_error", 501),
 }
+
+RETRY_AFTER_S = 1.0  # what a refusal for load asks clients to wait: about one announce of the workers' load
 
 # engine error codes -> kinds
 ENGINE_KINDS = {
@@ -43,21 +50,26 @@ class WireError(Exception):
     message: str
     param: str | None = None
     code: str | None = None
+    retry_after: float | None = None  # seconds, for the retry-after header
+    status: int | None = None  # an upstream's own status, kept on both wires (else the kind's)
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
 
     @classmethod
     def from_engine(cls, code: str, message: str) -> WireError:
-        return cls(ENGINE_KINDS.get(code, "internal"), message, code=code)
+        kind = ENGINE_KINDS.get(code, "internal")
+        return cls(kind, message, code=code, retry_after=RETRY_AFTER_S if kind == "overloaded" else None)
 
     def openai(self) -> tuple[int, dict]:
         status, etype, _, _ = KINDS[self.kind]
+        status = self.status or status
         code = self.code or ("model_not_found" if self.kind == "not_found" else None)
         return status, {"error": {"message": self.message, "type": etype, "param": self.param, "code": code}}
 
     def anthropic(self) -> tuple[int, dict]:
         _, _, etype, status = KINDS[self.kind]
+        status = self.status or status
         return status, {"type": "error", "error": {"type": etype, "message": self.message}}
 
     def render(self, wire: str) -> tuple[int, dict]:
