@@ -54,7 +54,7 @@ class Message(msgspec.Struct):
 
 class TextBlock(msgspec.Struct):
     type: str
-    text: str
+    text: str = ""
 
 
 class Tool(msgspec.Struct):
@@ -64,12 +64,30 @@ class Tool(msgspec.Struct):
     type: str | None = None
 
 
+# Fields of the real API that the in-kernel engine takes without acting on them (the request is served, the
+# response header x-fak-ignored names them): they steer features a local model does not have.
+IGNORED_FIELDS = ("thinking", "context_management", "output_config", "metadata", "service_tier", "container",
+                  "mcp_servers", "betas")
+# Content blocks that carry nothing the model should read again: earlier thinking, and server tools' traffic.
+DROPPED_BLOCKS = ("thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
+                  "code_execution_tool_result", "bash_code_execution_tool_result", "text_editor_code_execution_tool_result",
+                  "mcp_tool_use", "mcp_tool_result", "container_upload", "search_result")
+
+
 class CountRequest(msgspec.Struct, kw_only=True):
     model: str
     messages: list[Message]
     system: str | list[TextBlock] | None = None
     tools: list[Tool] | None = None
     tool_choice: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
+    context_management: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
+    container: Any = None
+    mcp_servers: list[Any] | None = None
+    betas: list[str] | None = None
 
 
 class MessagesRequest(CountRequest, kw_only=True):
@@ -79,8 +97,6 @@ class MessagesRequest(CountRequest, kw_only=True):
     top_p: float | None = None
     top_k: int | None = None
     stream: bool = False
-    metadata: dict[str, Any] | None = None
-    thinking: dict[str, Any] | None = None
 
 
 def decode_messages(body: bytes) -> MessagesRequest:
@@ -91,33 +107,63 @@ def decode_count(body: bytes) -> CountRequest:
     return decode(body, CountRequest)
 
 
+def ignored(r: CountRequest) -> list[str]:
+    """What the in-kernel engine accepted without acting on: fields, server tools, dropped block types."""
+    out = [f for f in IGNORED_FIELDS if getattr(r, f) not in (None, {}, [])
+           and not (f == "thinking" and (r.thinking or {}).get("type") == "disabled")]
+    out += [f"tool:{t.name}" for t in r.tools or [] if t.type not in (None, "custom")]
+    out += sorted({f"block:{b.type}" for m in r.messages if not isinstance(m.content, str) for b in m.content
+                   if b.type in DROPPED_BLOCKS})
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Translation to the bus
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _result_text(block: Block, where: str) -> str:
+def _result_text(block: Block, where: str, strict: bool = True) -> str:
     if block.content is None or isinstance(block.content, str):
         return block.content or ""
     parts = []
     for p in block.content:
+        if p.type != "text" and not strict:
+            continue
         if p.type != "text":
-            raise WireError("invalid_request", f"{where}: tool_result content type {p.type!r} is not supported (text only)")
+            raise WireError("invalid_request", f"{where}: tool_result content type {p.type!r} cannot be served by this "
+                                               "model (it reads text only)")
         parts.append(p.text or "")
     return "".join(parts)
 
 
-def to_chat(r: CountRequest) -> tuple[list[ChatMessage], list[ToolSpec]]:
+def _text(content: str | list[TextBlock] | list[Block], where: str, strict: bool = True) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for j, b in enumerate(content):
+        if b.type == "text":
+            parts.append(b.text or "")
+        elif b.type not in DROPPED_BLOCKS and strict:
+            raise WireError("invalid_request", f"{where}.content.{j}: block type {b.type!r} cannot be served by this model")
+    return "\n\n".join(parts) if isinstance(content[0] if content else None, TextBlock) else "".join(parts)
+
+
+def to_chat(r: CountRequest, strict: bool = True) -> tuple[list[ChatMessage], list[ToolSpec]]:
+    """Anthropic messages -> the engine's chat messages. System text, whether in `system` or in system-role
+    entries among the messages (as Claude Code sends it), becomes the one leading system prompt: chat
+    templates of local models take a system prompt only first. Not strict (an Anthropic upstream serves the
+    request as sent): blocks a local model could not read are skipped, not refused."""
+    system = [_text(r.system, "system", strict)] if r.system else []
     messages: list[ChatMessage] = []
-    if r.system:
-        system = r.system if isinstance(r.system, str) else "".join(b.text for b in r.system)
-        messages.append(ChatMessage(role="system", content=system))
     if not r.messages:
         raise WireError("invalid_request", "messages: at least one message is required")
     for i, m in enumerate(r.messages):
         where = f"messages.{i}"
+        if m.role == "system":
+            system.append(_text(m.content, where, strict))
+            continue
         if m.role not in ("user", "assistant"):
-            raise WireError("invalid_request", f"{where}.role: {m.role!r} is not user or assistant")
+            raise WireError("invalid_request", f"{where}.role: {m.role!r} is not user, assistant or system")
         if isinstance(m.content, str):
             messages.append(ChatMessage(role=m.role, content=m.content))
             continue
@@ -126,6 +172,8 @@ def to_chat(r: CountRequest) -> tuple[list[ChatMessage], list[ToolSpec]]:
         for j, b in enumerate(m.content):
             if b.type == "text":
                 text.append(b.text or "")
+            elif b.type in DROPPED_BLOCKS or (not strict and b.type not in ("tool_use", "tool_result")):
+                continue
             elif b.type == "tool_use" and m.role == "assistant":
                 if not b.id or not b.name:
                     raise WireError("invalid_request", f"{where}.content.{j}: tool_use needs id and name")
@@ -136,23 +184,26 @@ def to_chat(r: CountRequest) -> tuple[list[ChatMessage], list[ToolSpec]]:
                 if text:  # keep order: text that came before the result
                     messages.append(ChatMessage(role="user", content="".join(text)))
                     text = []
-                content = _result_text(b, f"{where}.content.{j}")
+                content = _result_text(b, f"{where}.content.{j}", strict)
                 messages.append(ChatMessage(role="tool", content=content, tool_call_id=b.tool_use_id, block=block_id(content)))
             else:
-                raise WireError("invalid_request", f"{where}.content.{j}: block type {b.type!r} is not supported in a {m.role} message")
+                raise WireError("invalid_request", f"{where}.content.{j}: block type {b.type!r} cannot be served in a "
+                                                   f"{m.role} message by this model")
         if m.role == "assistant":
             messages.append(ChatMessage(role="assistant", content="".join(text), tool_calls=calls))
         elif text:
             messages.append(ChatMessage(role="user", content="".join(text)))
+    if not messages:
+        raise WireError("invalid_request", "messages: at least one user or assistant message is required")
+    if system:
+        messages.insert(0, ChatMessage(role="system", content="\n\n".join(t for t in system if t)))
     names = {c.id: c.name for m in messages for c in m.tool_calls}
     for m in messages:
         if m.role == "tool":
             m.name = names.get(m.tool_call_id, "")
-    tools = []
-    for t in r.tools or []:
-        if t.type not in (None, "custom"):
-            raise WireError("invalid_request", f"tool {t.name!r}: server tool type {t.type!r} is not supported")
-        tools.append(ToolSpec(name=t.name, description=t.description or "", parameters=t.input_schema or {}))
+    # server tools (web search, code execution…) run on Anthropic's side: not callable here (see ignored())
+    tools = [ToolSpec(name=t.name, description=t.description or "", parameters=t.input_schema or {})
+             for t in r.tools or [] if t.type in (None, "custom")]
     return messages, tools
 
 
@@ -174,16 +225,14 @@ def _tool_choice(choice: dict[str, Any] | None, tools: list[ToolSpec]) -> tuple[
     raise WireError("invalid_request", f"tool_choice type {kind!r} is not auto, any, tool or none")
 
 
-def messages_to_bus(r: MessagesRequest, session: str) -> GenerateRequest:
+def messages_to_bus(r: MessagesRequest, session: str, strict: bool = True) -> GenerateRequest:
     if r.max_tokens < 1:
         raise WireError("invalid_request", "max_tokens: must be at least 1")
-    if r.thinking and r.thinking.get("type") not in (None, "disabled"):
-        raise WireError("invalid_request", "thinking is not supported by this model")
     temperature = 1.0 if r.temperature is None else r.temperature
     if not 0.0 <= temperature <= 1.0:
         raise WireError("invalid_request", "temperature: must be between 0 and 1")
-    messages, tools = to_chat(r)
-    choice, name = _tool_choice(r.tool_choice, tools)
+    messages, tools = to_chat(r, strict)
+    choice, name = _tool_choice(r.tool_choice, tools) if strict else ("auto", "")
     sampling = Sampling(max_tokens=r.max_tokens, temperature=temperature, top_p=1.0 if r.top_p is None else r.top_p,
                         top_k=r.top_k or 0, stop=list(r.stop_sequences or []))
     return GenerateRequest(request_id=f"msg_{uuid.uuid4().hex[:24]}", model=r.model, messages=messages, tools=tools,

@@ -125,11 +125,13 @@ def _path_of(message: str) -> str | None:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _text_of(content: str | list[ContentPart] | None, where: str) -> str:
+def _text_of(content: str | list[ContentPart] | None, where: str, strict: bool = True) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     parts = []
     for p in content:
+        if p.type != "text" and not strict:
+            continue
         if p.type != "text":
             raise WireError("invalid_request", f"{where}: content part type {p.type!r} is not supported (text only)",
                             param="messages")
@@ -160,7 +162,9 @@ def _sampling(r: SamplingFields, max_tokens: int | None) -> Sampling:
                     top_k=r.top_k or 0, seed=r.seed, stop=stop)
 
 
-def chat_to_bus(r: ChatRequest, session: str) -> GenerateRequest:
+def chat_to_bus(r: ChatRequest, session: str, strict: bool = True) -> GenerateRequest:
+    """strict: the request must be servable in-kernel (400 otherwise). Not strict (a same-wire upstream
+    serves it as sent): only the conversation's text is read, for the guard; nothing is refused here."""
     if not r.messages:
         raise WireError("invalid_request", "messages must not be empty", param="messages")
     messages = []
@@ -169,7 +173,7 @@ def chat_to_bus(r: ChatRequest, session: str) -> GenerateRequest:
         if role not in ("system", "user", "assistant", "tool"):
             raise WireError("invalid_request", f"messages[{i}].role {m.role!r} is not one of system, developer, user, assistant, tool",
                             param=f"messages[{i}].role")
-        text = _text_of(m.content, f"messages[{i}]")
+        text = _text_of(m.content, f"messages[{i}]", strict)
         calls = [ToolCall(id=c.id or f"call_{uuid.uuid4().hex[:24]}", name=c.function.name, arguments=c.function.arguments)
                  for c in (m.tool_calls or [])]
         if role == "tool" and not m.tool_call_id:
@@ -179,8 +183,12 @@ def chat_to_bus(r: ChatRequest, session: str) -> GenerateRequest:
     _name_tool_results(messages)
     tools = [ToolSpec(name=t.function.name, description=t.function.description or "", parameters=t.function.parameters or {})
              for t in (r.tools or [])]
+    request_id = f"chatcmpl-{uuid.uuid4().hex}"
+    if not strict:
+        return GenerateRequest(request_id=request_id, model=r.model, messages=messages, tools=tools, session=session,
+                               sampling=Sampling(max_tokens=r.max_completion_tokens or r.max_tokens or DEFAULT_MAX_TOKENS))
     choice, choice_name = _tool_choice(r.tool_choice, tools)
-    return GenerateRequest(request_id=f"chatcmpl-{uuid.uuid4().hex}", model=r.model, messages=messages, tools=tools,
+    return GenerateRequest(request_id=request_id, model=r.model, messages=messages, tools=tools,
                            tool_choice=choice, tool_choice_name=choice_name, response_schema=_response_schema(r.response_format),
                            sampling=_sampling(r, r.max_completion_tokens or r.max_tokens), session=session)
 
