@@ -31,6 +31,7 @@ from pathlib import Path
 
 from fakcore.models.sources import cache_dir
 from fakcore.natsd import EmbeddedNats
+from fakcore.routes import RoutesError, RouteTable
 from fakcore.settings import Settings
 
 START_ORDER = ("adjudicator", "kvmmu", "engine-cpu", "gateway")
@@ -273,10 +274,20 @@ def say(text: str) -> None:
     print(f"fak up: {text}", file=sys.stderr, flush=True)
 
 
+def services_for(table: RouteTable) -> tuple[str, ...]:
+    """Every service, less the engine workers when every model goes upstream."""
+    return START_ORDER if table.needs_engine else tuple(s for s in START_ORDER if s != "engine-cpu")
+
+
 def up(settings: Settings, workers: int = 1) -> int:
     """The `fak up` command: start, report, supervise, stop."""
     t0 = time.monotonic()
-    topo = Topology(settings, workers=workers)
+    try:
+        table = RouteTable.from_settings(settings)
+    except RoutesError as exc:  # a misspelt routes file stops here, before anything starts
+        say(str(exc))
+        return 1
+    topo = Topology(settings, workers=workers, services=services_for(table))
     stopping = False
 
     def on_signal(signum, frame) -> None:
@@ -291,7 +302,9 @@ def up(settings: Settings, workers: int = 1) -> int:
         say(str(exc))
         return 1
     s = topo.settings
-    print(f"fak is up in {time.monotonic() - t0:.1f}s: gateway {topo.gateway_url}  (model {s.model}, backend {s.backend}, "
+    serves = (f"model {s.model}, backend {s.backend}" if "engine-cpu" in topo.services else "") + \
+        (f"{', ' if 'engine-cpu' in topo.services else ''}upstream {s.base_url or s.routes}" if table.upstreams else "")
+    print(f"fak is up in {time.monotonic() - t0:.1f}s: gateway {topo.gateway_url}  ({serves}, "
           f"nats {s.nats_url}{f' embedded, data {topo.nats.data_dir}' if topo.nats else ''})", flush=True)
     print(f"  OpenAI:    {topo.gateway_url}/v1    Anthropic: {topo.gateway_url}    health: {topo.gateway_url}/healthz", flush=True)
     try:

@@ -45,6 +45,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     verdict_cache_size: Annotated[int, _doc("Clean tool-result verdicts a gateway remembers (by block id), so repeated results are not screened again.")] = 100000
     admin_keys: Annotated[tuple[str, ...], _doc("Keys for the gateway's operator endpoints (/v1/fak/audit, /v1/fak/requests/…), comma separated. Empty: those endpoints refuse (403).")] = ()
     audit_buffer: Annotated[int, _doc("Audit records (verdicts, eviction receipts) a gateway keeps in memory for /v1/fak/audit; older ones stay in JetStream.")] = 20000
+    base_url: Annotated[str, _doc("Upstream mode: the API every model not served in-kernel goes to (e.g. http://127.0.0.1:11434/v1 for an OpenAI-compatible server, https://… for Anthropic's), with the client's own key. `fak up` then starts no engine worker unless `models` names in-kernel ones.")] = ""
+    upstream_wire: Annotated[str, _doc("What `base_url` speaks: `openai` (chat completions; the URL ends in its version, /v1) or `anthropic` (messages; the URL without /v1).")] = "openai"
+    routes: Annotated[str, _doc("A routes file (YAML): model ids, globs and aliases mapped to the in-kernel engine or to named upstreams (url, wire, auth, key variable, timeout). See libs/fakcore/routes.py.")] = ""
 
     # -- the engine ------------------------------------------------------------------------------------
     model: Annotated[str, _doc("Model an engine worker serves: `synthetic`, `smollm2-135m`, a .gguf path, a safetensors dir, or hf://org/repo.")] = "synthetic"

@@ -10,8 +10,10 @@
     GET  /v1/fak/audit                 operators (admin key): verdicts and eviction receipts, filterable
     GET  /v1/fak/requests/{id}         operators (admin key): a request's context as it left for the engines
 
-Chat requests pass through the guard (guard.py): the context filter, the verdict barrier and tool-call
-adjudication; raw completions carry neither tool results nor tool calls.
+Every chat request runs the one pipeline (pipeline.py): wire decode, route (in-kernel engine or upstream),
+the guard (guard.py: context filter, verdict barrier, tool-call adjudication), the backend, wire encode.
+A same-wire upstream gets the client's own request (proxy.py); raw completions carry neither tool results
+nor tool calls and are served in-kernel.
 
 Every error leaves in the shape of the wire it came in on (errors.py).
 """
@@ -31,16 +33,20 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import ASGIMiddleware
 from litestar.response import Stream
 
-from fak_gateway import anthropic_wire, openai_wire
+from fak_gateway import anthropic_wire, openai_wire, proxy
 from fak_gateway.context_filter import AuditView, ContextFilter
 from fak_gateway.engines import Engines
 from fak_gateway.errors import WireError, wire_of
-from fak_gateway.guard import Guard
+from fak_gateway.guard import Guard, start_backend
+from fak_gateway.pipeline import Pipeline
+from fak_gateway.proxy import Proxied
+from fak_gateway.upstream import Upstreams
 from fakcore import bus
 from fakcore.audit import ensure_audit_stream
 from fakcore.metrics import Metrics
 from fakcore.policy import key_id
-from fakcore.protocol import Accepted, GenerateRequest, Heartbeat, encode, subjects
+from fakcore.protocol import Accepted, Heartbeat, encode, subjects
+from fakcore.routes import RouteTable
 from fakcore.service import instance_name
 from fakcore.settings import Settings
 
@@ -73,6 +79,7 @@ class State:
         self.filter = ContextFilter(settings.verdict_cache_size)
         self.audit = AuditView(settings.audit_buffer)
         self.guard: Guard | None = None
+        self.pipeline: Pipeline | None = None
 
 
 def _state(request: Request) -> State:
@@ -80,10 +87,10 @@ def _state(request: Request) -> State:
 
 
 def _check_key(request: Request, settings: Settings) -> None:
+    """The gateway's own keys. `x-fak-api-key` carries one beside a client key meant for an upstream."""
     if not settings.api_keys:
         return
-    auth = request.headers.get("authorization", "")
-    key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+    key = request.headers.get("x-fak-api-key") or _api_key(request)
     if key not in settings.api_keys:
         raise WireError("authentication", "invalid or missing API key")
 
@@ -110,21 +117,25 @@ def _session(request: Request) -> str:
     return request.headers.get("x-fak-session", "")
 
 
-async def _guarded_start(state: State, request: Request, req: GenerateRequest) -> tuple[Accepted, AsyncIterator[Any]]:
-    """Through the guard: context filter, verdict barrier, tool-call adjudication."""
-    if state.guard is None:
-        return await _start(state, req)
-    return await state.guard.start(state.engines, req, key_id(_api_key(request)))
+def _key_id(request: Request) -> str:
+    return key_id(_api_key(request))
 
 
-async def _start(state: State, req: GenerateRequest) -> tuple[Accepted, AsyncIterator[Any]]:
-    """Send to the engines and wait for a worker's acceptance, so that 'no worker' is an HTTP status."""
-    assert state.engines is not None
-    replies = state.engines.generate(req)
-    first = await replies.__anext__()
-    if not isinstance(first, Accepted):
-        raise WireError("internal", f"engine answered {type(first).__name__} before accepting")
-    return first, replies
+def _pipeline(state: State) -> Pipeline:
+    if state.pipeline is None:
+        raise WireError("unavailable", "the gateway is starting: its routes are not loaded yet")
+    return state.pipeline
+
+
+async def _proxied(state: State, request: Request, wire: str, route: str, call: Coroutine[Any, Any, Proxied]) -> Response | Stream:
+    """A same-wire upstream's answer: its status and body (or stream), the boundary applied on the way."""
+    try:
+        p: Proxied = await _while_connected(request, call)
+    except ClientGone:
+        return Response(None, status_code=CLIENT_GONE)
+    if p.stream is not None:
+        return _stream(state, route, wire, p.stream, p.headers)
+    return Response(p.body, status_code=p.status, headers=p.headers, media_type=p.media_type)
 
 
 def _receipt_headers(first: Accepted) -> dict[str, str]:
@@ -154,26 +165,38 @@ def _stream(state: State, route: str, wire: str, body: AsyncIterator[bytes], hea
 CLIENT_GONE = 499  # the status (nginx's) counted for a request whose client left before its response
 
 
-async def _respond(request: Request, collect: Coroutine[Any, Any, dict[str, Any]], headers: dict[str, str]) -> Response:
-    """A non-stream response, collected from the reply stream unless the client disconnects first.
+class ClientGone(Exception):
+    pass
+
+
+async def _while_connected(request: Request, work: Coroutine[Any, Any, Any]) -> Any:
+    """Run `work` unless the client disconnects first (then ClientGone, and `work` is cancelled).
 
     The body is read by now, so the next ASGI message is `http.disconnect`: waiting for it costs nothing
-    while the client stays. When it comes, the collection is cancelled, which closes the reply stream, and
-    its finally (Engines.generate) tells the worker to drop the sequence. (Streams need none of this: the
-    streaming response listens for the disconnect itself and cancels the body's iteration.)"""
-    collecting = asyncio.ensure_future(collect)
+    while the client stays. Cancelling the work closes its reply stream, whose finally tells the worker to
+    drop the sequence (Engines.generate) or lets the upstream request go (proxy). Streams need none of this:
+    the streaming response listens for the disconnect itself and cancels the body's iteration."""
+    working = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait((collecting, gone), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((working, gone), return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-        collecting.cancel()  # a no-op once it is done
+        working.cancel()  # a no-op once it is done
     try:
-        return Response(await collecting, headers=headers)
+        return await working
     except asyncio.CancelledError:
         if not gone.done() or gone.cancelled():
             raise  # not the client's leaving: this handler itself is being cancelled
         log.info("client left %s before its response; its request is cancelled", request.url.path)
+        raise ClientGone from None
+
+
+async def _respond(request: Request, collect: Coroutine[Any, Any, dict[str, Any]], headers: dict[str, str]) -> Response:
+    """A non-stream response, collected from the reply stream unless the client disconnects first."""
+    try:
+        return Response(await _while_connected(request, collect), headers=headers)
+    except ClientGone:
         return Response(None, status_code=CLIENT_GONE)
 
 
@@ -196,16 +219,20 @@ def healthz(request: Request) -> Response:
     services = engines.live_services() if engines else []
     nats_ok = bool(engines and engines.nc.is_connected)
     served = {w.model for w in workers}
-    # ok: the gateway can serve its primary model; other routed models without a worker are listed.
-    ok = nats_ok and s.routed_models[0] in served
+    pipeline = state.pipeline
+    upstream_only = pipeline is not None and not pipeline.routes.needs_engine
+    # ok: the gateway can serve its primary model (in-kernel: a live worker; upstream mode: the bus for the
+    # guard); other routed models without a worker are listed.
+    ok = nats_ok and (upstream_only or s.routed_models[0] in served)
     body = {
         "ok": ok,
         "model": s.routed_models[0],
-        "models": list(engines.known_models()) if engines else list(s.routed_models),
-        "engine": "inkernel",
+        "models": pipeline.models() if pipeline else list(s.routed_models),
+        "engine": "upstream" if upstream_only else "inkernel",
+        "routes": pipeline.health() if pipeline else [],
         "nats": nats_ok,
         "uptime_s": round(time.time() - state.started, 1),
-        "unserved": [m for m in s.routed_models if m not in served],
+        "unserved": [] if upstream_only else [m for m in s.routed_models if m not in served],
         "workers": [{"worker": w.worker, "model": w.model, "engine": w.engine, "backend": w.backend, "device": w.device,
                      "active": w.active, "queued": w.queued, "capacity": w.capacity} for w in workers],
         "services": sorted({h.service for h in services} | ({"engine"} if workers else set())),
@@ -226,7 +253,7 @@ def metrics_endpoint(request: Request) -> Response:
 def list_models(request: Request) -> Response:
     state = _state(request)
     _check_key(request, state.settings)
-    names = state.engines.known_models() if state.engines else list(state.settings.routed_models)
+    names = state.pipeline.models() if state.pipeline else list(state.settings.routed_models)
     created = int(state.started)
     if request.headers.get("anthropic-version"):
         data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
@@ -237,10 +264,17 @@ def list_models(request: Request) -> Response:
 
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request) -> Response | Stream:
-    state = _state(request)
-    r = openai_wire.decode(await _body(request), openai_wire.ChatRequest)
+    state, body = _state(request), await _body(request)
+    r = openai_wire.decode(body, openai_wire.ChatRequest)
+    pipeline = _pipeline(state)
+    route = pipeline.route(r.model)
+    upstream = pipeline.same_wire(route, "openai")
+    if upstream is not None:  # OpenAI -> OpenAI: the client's JSON goes through
+        req = openai_wire.chat_to_bus(r, _session(request), strict=False)
+        return await _proxied(state, request, "openai", "chat",
+                              pipeline.proxied(route, upstream, req, _key_id(request)).openai(body, request.headers, r.stream))
     req = openai_wire.chat_to_bus(r, _session(request))
-    first, replies = await _guarded_start(state, request, req)
+    first, replies = await pipeline.start(req, route, request.headers, _key_id(request))
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))
         return _stream(state, "chat", "openai", openai_wire.chat_stream(req, first, replies, include_usage), _receipt_headers(first))
@@ -251,8 +285,13 @@ async def chat_completions(request: Request) -> Response | Stream:
 async def completions(request: Request) -> Response | Stream:
     state = _state(request)
     r = openai_wire.decode(await _body(request), openai_wire.CompletionRequest)
+    pipeline = _pipeline(state)
+    route = pipeline.route(r.model)
+    if not route.inkernel:
+        raise WireError("invalid_request", f"model {r.model!r} is served by an upstream: raw-prompt completions are served "
+                                           "in-kernel only; use /v1/chat/completions")
     req = openai_wire.completion_to_bus(r, _session(request))
-    first, replies = await _start(state, req)
+    first, replies = await start_backend(pipeline.backend(route, request.headers), req)  # no tool results, no calls
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))
         return _stream(state, "completions", "openai", openai_wire.completion_stream(req, first, replies, include_usage),
@@ -262,22 +301,43 @@ async def completions(request: Request) -> Response | Stream:
 
 @post("/v1/messages", status_code=200)
 async def messages(request: Request) -> Response | Stream:
-    state = _state(request)
-    r = anthropic_wire.decode_messages(await _body(request))
+    state, body = _state(request), await _body(request)
+    r = anthropic_wire.decode_messages(body)
+    pipeline = _pipeline(state)
+    route = pipeline.route(r.model)
+    upstream = pipeline.same_wire(route, "anthropic")
+    if upstream is not None:  # Anthropic -> Anthropic: the client's very bytes go through
+        req = anthropic_wire.messages_to_bus(r, _session(request), strict=False)
+        return await _proxied(state, request, "anthropic", "messages", pipeline.proxied(route, upstream, req, _key_id(request))
+                              .anthropic(body, request.headers, request.url.query, r.stream))
     req = anthropic_wire.messages_to_bus(r, _session(request))
-    first, replies = await _guarded_start(state, request, req)
+    first, replies = await pipeline.start(req, route, request.headers, _key_id(request))
+    headers = _receipt_headers(first)
+    if route.inkernel and (ignored := anthropic_wire.ignored(r)):
+        headers["x-fak-ignored"] = ",".join(ignored)  # accepted, but not acted on by a local model
     if r.stream:
         return _stream(state, "messages", "anthropic", anthropic_wire.message_stream(req, first, replies, first.prompt_tokens),
-                       _receipt_headers(first))
-    return await _respond(request, anthropic_wire.message_response(req, replies), _receipt_headers(first))
+                       headers)
+    return await _respond(request, anthropic_wire.message_response(req, replies), headers)
 
 
 @post("/v1/messages/count_tokens", status_code=200)
-async def count_tokens(request: Request) -> Response:
-    state = _state(request)
-    r = anthropic_wire.decode_count(await _body(request))
+async def count_tokens(request: Request) -> Response | Stream:
+    state, body = _state(request), await _body(request)
+    r = anthropic_wire.decode_count(body)
+    pipeline = _pipeline(state)
+    route = pipeline.route(r.model)
+    if not route.inkernel:
+        upstream = pipeline.same_wire(route, "anthropic")
+        if upstream is None:
+            raise WireError("not_implemented", f"model {r.model!r} is served by an OpenAI-compatible upstream, which has "
+                                               "no token counting; count locally")
+        lookup = state.guard.placeholder_of if state.guard is not None else (lambda b: None)
+        return await _proxied(state, request, "anthropic", "count_tokens",
+                              proxy.count_tokens(upstream, route, body, request.headers, request.url.query, lookup))
     assert state.engines is not None
     counted = anthropic_wire.count_to_bus(r)
+    counted.model = route.target
     if state.guard is not None:  # count what a request would send: quarantined results as placeholders
         state.filter.apply(counted.messages)
     n = await state.engines.count_tokens(counted)
@@ -382,6 +442,8 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
         if not connect:
             yield
             return
+        routes = RouteTable.from_settings(settings)  # a bad routes file stops the gateway here, before it serves
+        upstreams = Upstreams(routes.upstreams, metrics)
         nc = await bus.connect(settings, "gateway")
         state.engines = Engines(nc, settings, on_done=state.m.count_tokens)
         await state.engines.start()
@@ -392,11 +454,13 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
             await state.filter.start(nc)
             await state.audit.start(nc)
             state.guard = Guard(nc, settings, metrics, state.filter, state.audit, instance_name("gateway"))
+        state.pipeline = Pipeline(routes, upstreams, state.engines, state.guard)
         beat = asyncio.create_task(_heartbeat(nc, settings))
         try:
             yield
         finally:
             beat.cancel()
+            await upstreams.close()
             await state.filter.stop()
             await state.audit.stop()
             try:

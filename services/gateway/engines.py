@@ -65,6 +65,7 @@ class _Watch:
 
 
 class Engines:
+    can_hold = True  # workers prefill a held request and decode nothing before its Release (the verdict barrier)
     def __init__(self, nc: NATS, settings: Settings, on_done: Any = None):
         self.nc, self.settings = nc, settings
         self.affinity: OrderedDict[str, str] = OrderedDict()  # x-fak-session -> the worker holding its cache

@@ -1,10 +1,10 @@
 """Adjudication on the request path: the context filter, the verdict barrier, and tool-call verdicts.
 
     request ─▶ filter (known-quarantined tool results -> placeholders)
-            ─▶ unscreened tool results? ── no ──▶ engines (plain)
+            ─▶ unscreened tool results? ── no ──▶ backend (plain)
                      │ yes
                      ├─▶ adjudicate.result for each (in parallel)      ┐ verdict barrier
-                     └─▶ engines with hold=True (prefill runs meanwhile) ┘
+                     └─▶ backend with hold=True (prefill runs meanwhile) ┘
                          all verdicts in ─▶ Release(request, quarantined blocks) ─▶ the worker evicts, decodes
             ─▶ replies ─▶ GenerateDone with tool calls? ─▶ adjudicate.call for each (tainted if any tool result)
                           denied ─▶ a TokenChunk with the refusal + GenerateDone without that call
@@ -31,11 +31,12 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from fak_gateway.context_filter import AuditView, ContextFilter
+from fak_gateway.context_filter import AuditView, ContextFilter, placeholder
 from fak_gateway.errors import WireError
 from fakcore import bus
 from fakcore.metrics import Metrics
@@ -87,6 +88,19 @@ def refusal(denied: list[tuple[ToolCall, CallVerdict]]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class Context:
+    """What the guard knows of one request between screening and the reply."""
+
+    session: str
+    key: str
+    tainted: bool
+    t0: float
+    replaced: list[str] = field(default_factory=list)  # blocks the filter turned into placeholders
+    pending: dict[str, ChatMessage] = field(default_factory=dict)  # block -> tool result still to screen
+    record: dict[str, Any] = field(default_factory=dict)  # the audit view's record of the request
+
+
 class Guard:
     def __init__(self, nc: Any, settings: Settings, metrics: Metrics, filt: ContextFilter, audit: AuditView, instance: str):
         self.nc, self.settings, self.filter, self.audit, self.instance = nc, settings, filt, audit, instance
@@ -131,56 +145,88 @@ class Guard:
         self.m.quarantined.set(len(self.filter.quarantined))
         return list(results)  # type: ignore[arg-type]
 
-    async def start(self, engines: Any, req: GenerateRequest, key: str) -> tuple[Accepted, AsyncIterator[Any]]:
-        """Filter, screen (barrier), send; the reply stream comes back with tool calls adjudicated."""
-        if not self.settings.adjudicate:
-            return await _start(engines, req)
-        session = req.session or derive_session(req.messages)
-        tainted = any(m.role == "tool" for m in req.messages)
-        t0 = time.perf_counter()
-        replaced = self.filter.apply(req.messages)
+    async def prepare(self, req: GenerateRequest, key: str) -> Context:
+        """The context filter applied (quarantined results -> placeholders, in place) and what is left to screen."""
+        ctx = Context(session=req.session or derive_session(req.messages), key=key,
+                      tainted=any(m.role == "tool" for m in req.messages), t0=time.perf_counter())
+        ctx.replaced = self.filter.apply(req.messages)
         self.m.quarantined.set(len(self.filter.quarantined))
-        for b in replaced:
+        for b in ctx.replaced:
             q = self.filter.quarantined[b]
             self.m.placeholders.inc()
             self.m.verdicts.labels("result", "quarantine", "cache", q.detector).inc()
-            await self._audit(AuditRecord(kind="result", outcome="quarantine", request_id=req.request_id, session=session,
+            await self._audit(AuditRecord(kind="result", outcome="quarantine", request_id=req.request_id, session=ctx.session,
                                           key_id=key, block=b, detector=q.detector, score=q.score, reason=q.reason,
                                           stage="cache", source=self.instance, ts=time.time()))
-        pending: dict[str, ChatMessage] = {}
         for m in req.messages:
-            if m.role == "tool" and m.block and m.block not in pending:
+            if m.role == "tool" and m.block and m.block not in ctx.pending:
                 state = self.filter.known(m.block)
                 if m.block in self.filter.placeholders:
                     continue
                 if state == "clean":
                     self.m.verdicts.labels("result", "clean", "cache", "none").inc()
                 elif not state:
-                    pending[m.block] = m
-        record = dict(session=session, tainted=tainted, placeholders=replaced, screened=list(pending), evicted=[],
-                      barrier=self.settings.verdict_barrier if pending else "")
+                    ctx.pending[m.block] = m
+        ctx.record = dict(session=ctx.session, tainted=ctx.tainted, placeholders=ctx.replaced, screened=list(ctx.pending),
+                          evicted=[], barrier=self.settings.verdict_barrier if ctx.pending else "")
+        return ctx
 
-        if not pending:
-            self.audit.remember(req, **record)
-            first, replies = await _start(engines, req)
-        elif self.settings.verdict_barrier == "gateway":
-            verdicts = await self._screen(req, pending, session, key)
-            self.m.barrier.observe(time.perf_counter() - t0)
-            record["placeholders"] = replaced + self.filter.apply(req.messages)
-            record["verdicts"] = [msgspec.to_builtins(v) for v in verdicts]
-            self.audit.remember(req, **record)
-            first, replies = await _start(engines, req)
+    async def start(self, backend: Any, req: GenerateRequest, key: str) -> tuple[Accepted, AsyncIterator[Any]]:
+        """Filter, screen (barrier), send; the reply stream comes back with tool calls adjudicated. A backend
+        that cannot hold a request (`can_hold` false: an upstream) is sent nothing before every verdict is in."""
+        if not self.settings.adjudicate:
+            return await start_backend(backend, req)
+        ctx = await self.prepare(req, key)
+        if not ctx.pending:
+            self.audit.remember(req, **ctx.record)
+            first, replies = await start_backend(backend, req)
+        elif self.settings.verdict_barrier == "gateway" or not getattr(backend, "can_hold", True):
+            await self.screen(req, ctx)
+            self.audit.remember(req, **ctx.record)
+            first, replies = await start_backend(backend, req)
         else:
-            first, replies = await self._held(engines, req, pending, session, key, t0, record)
-        return first, self._judge_calls(req, replies, session, key, tainted)
+            first, replies = await self._held(backend, req, ctx.pending, ctx.session, key, ctx.t0, ctx.record)
+        return first, self._judge_calls(req, replies, ctx.session, key, ctx.tainted)
 
-    async def _held(self, engines: Any, req: GenerateRequest, pending: dict[str, ChatMessage], session: str, key: str,
+    async def screen(self, req: GenerateRequest, ctx: Context) -> None:
+        """The gateway barrier: every pending result screened; the quarantined ones become placeholders."""
+        if ctx.pending:
+            verdicts = await self._screen(req, ctx.pending, ctx.session, ctx.key)
+            self.m.barrier.observe(time.perf_counter() - ctx.t0)
+            ctx.record["placeholders"] = ctx.replaced + self.filter.apply(req.messages)
+            ctx.record["verdicts"] = [msgspec.to_builtins(v) for v in verdicts]
+
+    def placeholder_of(self, block: str) -> str | None:
+        """The placeholder a quarantined block is replaced by; None when the block may pass."""
+        q = self.filter.quarantined.get(block)
+        return placeholder(q) if q is not None else None
+
+    async def refusals(self, req: GenerateRequest, ctx: Context, calls: list[ToolCall]) -> list[str | None]:
+        """Each proposed call's verdict: None (allowed) or the refusal text that replaces it."""
+        if not self.settings.adjudicate or not calls:
+            return [None] * len(calls)
+        verdicts = await self._verdicts(req, calls, ctx.session, ctx.key, ctx.tainted)
+        denied = [(c, v) for c, v in zip(calls, verdicts, strict=True) if not v.allow]
+        if denied:
+            self.audit.update(req.request_id, denied=[{"tool": c.name, "rule": v.rule, "reason": v.reason} for c, v in denied])
+        return [None if v.allow else refusal([(c, v)]) for c, v in zip(calls, verdicts, strict=True)]
+
+    async def _verdicts(self, req: GenerateRequest, calls: list[ToolCall], session: str, key: str,
+                        tainted: bool) -> list[CallVerdict]:
+        verdicts = await asyncio.gather(*(self._ask(AdjudicateCall(
+            request_id=req.request_id, tool=c.name, arguments=c.arguments, session=session, key_id=key,
+            tainted=tainted)) for c in calls))
+        for v in verdicts:
+            self.m.verdicts.labels("call", "allow" if v.allow else "deny", "adjudicator", v.rule).inc()
+        return list(verdicts)
+
+    async def _held(self, backend: Any, req: GenerateRequest, pending: dict[str, ChatMessage], session: str, key: str,
                     t0: float, record: dict[str, Any]) -> tuple[Accepted, AsyncIterator[Any]]:
         """Screening and speculative prefill side by side; nothing is decoded before the Release."""
         req.hold = True
         screening = asyncio.create_task(self._screen(req, pending, session, key))
         try:
-            first, replies = await _start(engines, req)
+            first, replies = await start_backend(backend, req)
         except BaseException:
             screening.cancel()
             raise
@@ -205,7 +251,7 @@ class Guard:
         record["placeholders"] = record["placeholders"] + self.filter.apply(req.messages)
         again = msgspec.structs.replace(req, request_id=f"{req.request_id}-r{uuid.uuid4().hex[:6]}", hold=False)
         self.audit.remember(req, resent_as=again.request_id, **record)
-        first, replies = await _start(engines, again)
+        first, replies = await start_backend(backend, again)
         return first, replies
 
     # -- calls -----------------------------------------------------------------------------------------
@@ -217,13 +263,9 @@ class Guard:
                 if isinstance(r, TokenChunk) and r.text:
                     emitted = True
                 if isinstance(r, GenerateDone) and r.tool_calls:
-                    verdicts = await asyncio.gather(*(self._ask(AdjudicateCall(
-                        request_id=req.request_id, tool=c.name, arguments=c.arguments, session=session, key_id=key,
-                        tainted=tainted)) for c in r.tool_calls))
+                    verdicts = await self._verdicts(req, r.tool_calls, session, key, tainted)
                     allowed = [c for c, v in zip(r.tool_calls, verdicts, strict=True) if v.allow]
                     denied = [(c, v) for c, v in zip(r.tool_calls, verdicts, strict=True) if not v.allow]
-                    for v in verdicts:
-                        self.m.verdicts.labels("call", "allow" if v.allow else "deny", "adjudicator", v.rule).inc()
                     if denied:
                         self.audit.update(req.request_id, denied=[{"tool": c.name, "rule": v.rule, "reason": v.reason}
                                                                   for c, v in denied])
@@ -235,9 +277,10 @@ class Guard:
             await replies.aclose()  # type: ignore[attr-defined]
 
 
-async def _start(engines: Any, req: GenerateRequest) -> tuple[Accepted, AsyncIterator[Any]]:
-    """Send to the engines and wait for a worker's acceptance, so that 'no worker' is an HTTP status."""
-    replies = engines.generate(req)
+async def start_backend(backend: Any, req: GenerateRequest) -> tuple[Accepted, AsyncIterator[Any]]:
+    """Send to a backend and wait for its acceptance, so that 'no worker' or an upstream's refusal is an HTTP
+    status, not a broken stream."""
+    replies = backend.generate(req)
     first = await replies.__anext__()
     if not isinstance(first, Accepted):
         await replies.aclose()
