@@ -254,3 +254,19 @@ def test_models_and_health_name_the_routes(topo):
     assert {"upstream:anth", "upstream:oai", "upstream:dead"} <= engines
     dead = [r for r in health["routes"] if r["engine"] == "upstream:dead"][0]
     assert dead["last_status"] in ("connect error", "not contacted yet")
+
+
+def test_fak_up_with_a_base_url_serves_everything_upstream(tmp_path):
+    """The README's one-liner: `fak up --base-url URL` starts no engine worker and proxies every model."""
+    from tests.integration.test_supervision import fak_up
+
+    with OpenAIUpstream([text("from upstream")]) as up, fak_up(tmp_path / "up.log", "--base-url", f"{up.url}/v1",
+                                                            FAK_CACHE_DIR=str(tmp_path), FAK_DATA_DIR="temp") as fak:
+        assert not fak.find("engine-cpu"), "no engine worker should start in upstream mode"
+        client = openai.OpenAI(base_url=fak.url + "/v1", api_key="sk-mine", max_retries=0)
+        r = client.chat.completions.create(model="whatever-the-upstream-has", messages=[{"role": "user", "content": "hi"}])
+        assert r.choices[0].message.content == "from upstream"
+        assert up.requests[-1].json()["model"] == "whatever-the-upstream-has"
+        assert up.requests[-1].header("authorization") == "Bearer sk-mine"
+        health = httpx.get(fak.url + "/healthz").json()
+        assert health["ok"] and health["engine"] == "upstream" and "upstream " in fak.output()
