@@ -270,3 +270,38 @@ def test_fak_up_with_a_base_url_serves_everything_upstream(tmp_path):
         assert up.requests[-1].header("authorization") == "Bearer sk-mine"
         health = httpx.get(fak.url + "/healthz").json()
         assert health["ok"] and health["engine"] == "upstream" and "upstream " in fak.output()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_cancels_the_upstream_request(topo, anth, stream):
+    from tests.conftest import wait_for
+
+    anth.script(Delay(8.0, text("nobody is listening")))
+    before = len(anth.requests)
+    body = json.dumps({"model": "claude-gone", "max_tokens": 8, "stream": stream, "messages": [{"role": "user", "content": "hi"}]})
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(topo.gateway_url + "/v1/messages", content=body, headers={"x-api-key": "k"}, timeout=1.0)
+    assert wait_for(lambda: len(anth.requests) > before and anth.requests[-1].disconnected, timeout=5), \
+        "the upstream request outlived its client"
+
+
+def test_a_slow_upstream_never_holds_up_another(topo, anth, slow):
+    import threading
+    import time
+
+    slow.script(Delay(1.2, text("slow")))
+    anth.script(text("fast"))
+    done: dict[str, float] = {}
+
+    def call(model: str) -> None:
+        r = post(topo, "/v1/messages", json.dumps({"model": model, "max_tokens": 8, "messages": [
+            {"role": "user", "content": "hi"}]}).encode(), **{"x-api-key": "k"})
+        assert r.status_code == 200, r.text
+        done[model] = time.monotonic()
+
+    slow_call = threading.Thread(target=call, args=("slow-2",))
+    slow_call.start()
+    time.sleep(0.2)  # the slow request is in flight at its upstream
+    call("claude-fast")
+    slow_call.join(30)
+    assert done["claude-fast"] < done["slow-2"]
