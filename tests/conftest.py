@@ -75,6 +75,34 @@ def wait_for(fn, timeout: float = 20.0):
         time.sleep(0.1)
 
 
+def worker_metrics_url(nats_url: str, worker: str, timeout: float = 10) -> str:
+    """A worker's metrics base URL, from its next announce on the bus ("" if none came within `timeout`)."""
+    import asyncio
+
+    import nats
+
+    from fakcore.protocol import Decoders, subjects
+
+    async def main() -> str:
+        nc = await nats.connect(nats_url)
+        heard = asyncio.get_running_loop().create_future()
+
+        async def on_announce(msg) -> None:
+            a = Decoders.announce.decode(msg.data)
+            if a.worker == worker and not heard.done():
+                heard.set_result(a.metrics_url)
+
+        await nc.subscribe(subjects.ANNOUNCE, cb=on_announce)
+        try:
+            return await asyncio.wait_for(heard, timeout)
+        except TimeoutError:
+            return ""
+        finally:
+            await nc.close()
+
+    return asyncio.run(main())
+
+
 def _dump_logs(log_dir: Path | None) -> None:
     if log_dir:
         for f in sorted(log_dir.glob("*.log")):

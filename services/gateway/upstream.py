@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -122,19 +122,18 @@ class Upstream:
 
     async def lines(self, response: httpx.Response) -> AsyncIterator[str]:
         """The response body line by line; a connection cut midway is the wire's error, not a quiet end."""
-        try:
+        with self._mid_response():
             async for line in response.aiter_lines():
                 yield line
-        except httpx.TimeoutException:
-            self.m.errors.labels(self.name, "timeout").inc()
-            raise WireError("timeout", f"upstream {self.name!r} went silent for {self.spec.timeout_s:g}s mid-response") from None
-        except httpx.HTTPError as exc:
-            self.m.errors.labels(self.name, "cut").inc()
-            raise WireError("bad_gateway", f"upstream {self.name!r} cut the response short: {type(exc).__name__}") from None
 
     async def read(self, response: httpx.Response) -> bytes:
-        try:
+        with self._mid_response():
             return await response.aread()
+
+    @contextmanager
+    def _mid_response(self) -> Iterator[None]:
+        try:
+            yield
         except httpx.TimeoutException:
             self.m.errors.labels(self.name, "timeout").inc()
             raise WireError("timeout", f"upstream {self.name!r} went silent for {self.spec.timeout_s:g}s mid-response") from None

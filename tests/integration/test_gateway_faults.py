@@ -28,12 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import nats
 import pytest
 
 from fakcore.launcher import Child, Topology
-from fakcore.protocol import Decoders, subjects
-from tests.conftest import base_settings, running, wait_for
+from tests.conftest import base_settings, running, wait_for, worker_metrics_url
 
 LONG = 3000  # synthetic tokens: a few seconds of decoding on one core
 
@@ -65,24 +63,9 @@ def spawn_worker(topo: Topology, worker: str, **overrides: object) -> None:
 
 
 def metrics_url(nats_url: str, worker: str, timeout: float = 10) -> str:
-    """A worker's metrics base URL, from its next announce."""
-
-    async def main() -> str:
-        nc = await nats.connect(nats_url)
-        heard = asyncio.get_running_loop().create_future()
-
-        async def on_announce(msg) -> None:
-            a = Decoders.announce.decode(msg.data)
-            if a.worker == worker and not heard.done():
-                heard.set_result(a.metrics_url)
-
-        await nc.subscribe(subjects.ANNOUNCE, cb=on_announce)
-        try:
-            return await asyncio.wait_for(heard, timeout)
-        finally:
-            await nc.close()
-
-    return asyncio.run(main())
+    url = worker_metrics_url(nats_url, worker, timeout)
+    assert url, f"{worker} did not announce itself within {timeout}s"
+    return url
 
 
 def outcomes(url: str, outcome: str) -> float:

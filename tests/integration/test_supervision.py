@@ -8,7 +8,6 @@ finaliser finds and kills all of them, also when the test fails or `fak up` itse
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -20,12 +19,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import nats
 import openai
 import pytest
 
-from fakcore.protocol import Decoders, subjects
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port, wait_for, worker_metrics_url
 from tests.integration.test_quarantine import MARKER, PAYLOAD, conversation
 
 TAG = "FAK_TEST_SUPERVISION_TAG"
@@ -156,24 +153,7 @@ def chat_ok(up: FakUp) -> bool:
 def announcing_pid(nats_url: str, worker: str, timeout: float = 10) -> int:
     """The pid of the process behind `worker`'s next announce (from its own /healthz); 0 if none came."""
 
-    async def main() -> str:
-        nc = await nats.connect(nats_url)
-        heard = asyncio.get_running_loop().create_future()
-
-        async def on_announce(msg) -> None:
-            a = Decoders.announce.decode(msg.data)
-            if a.worker == worker and not heard.done():
-                heard.set_result(a.metrics_url)
-
-        await nc.subscribe(subjects.ANNOUNCE, cb=on_announce)
-        try:
-            return await asyncio.wait_for(heard, timeout)
-        except TimeoutError:
-            return ""
-        finally:
-            await nc.close()
-
-    metrics_url = asyncio.run(main())
+    metrics_url = worker_metrics_url(nats_url, worker, timeout)
     instance = get(metrics_url + "/healthz").get("instance", "") if metrics_url else ""
     return int(instance.rsplit("-", 1)[1]) if instance else 0
 
