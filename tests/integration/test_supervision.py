@@ -14,11 +14,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -169,16 +171,27 @@ def stack(tmp_path_factory) -> Iterator[FakUp]:
 
 
 def test_a_killed_worker_is_restarted_while_the_other_serves(stack):
+    """kill -9 of the worker serving a stream: the stream gets an error event within 5 s, the other worker
+    keeps serving, the dead one is restarted under its name."""
     nats_url = f"nats://127.0.0.1:{stack.env['FAK_NATS_PORT']}"
     engines = {environ(pid)["FAK_WORKER_ID"]: pid for pid in stack.find("serve", "engine-cpu")}
     assert len(engines) == 2 and set(engines) == workers(stack)
-    [victim] = [w for w in engines if w.endswith("-2")]
     assert chat_ok(stack)
 
-    os.kill(engines[victim], signal.SIGKILL)
+    body = {"model": "synthetic", "stream": True, "max_tokens": 4000, "messages": [{"role": "user", "content": "go on"}]}
+    with httpx.stream("POST", stack.url + "/v1/chat/completions", json=body, timeout=60) as stream:
+        victim = stream.headers["x-fak-worker"]
+        lines = stream.iter_lines()
+        next(line for line in lines if line.startswith("data:"))  # tokens are flowing from the victim
+        os.kill(engines[victim], signal.SIGKILL)
+        killed = time.monotonic()
+        error = next((line for line in lines if '"error"' in line), "")
+        waited = time.monotonic() - killed
+    assert error and "stopped" in error and waited < 5.0, f"error event after {waited:.1f}s: {error!r}"
     assert wait_for(lambda: not alive(engines[victim]), timeout=10)
     assert all(chat_ok(stack) for _ in range(4)), "the surviving worker did not serve"
-    assert wait_for(lambda: "engine-cpu#2 exited with status -9; restarting in 0.5s" in stack.output(), timeout=10)
+    n = victim.rsplit("-", 1)[1]
+    assert wait_for(lambda: f"engine-cpu#{n} exited with status -9; restarting in 0.5s" in stack.output(), timeout=10)
 
     def restarted() -> int:
         return next((pid for pid in stack.find("serve", "engine-cpu") if pid != engines[victim]
