@@ -86,9 +86,16 @@ def _state(request: Request) -> State:
     return request.app.state.fak
 
 
-def _check_key(request: Request, settings: Settings) -> None:
-    """The gateway's own keys. `x-fak-api-key` carries one beside a client key meant for an upstream."""
-    if not settings.api_keys:
+PUBLIC = ("/healthz", "/metrics")  # and /v1/fak/*, which take admin keys (_check_admin)
+
+
+def authenticate(request: Request) -> None:
+    """Before any handler (litestar's before_request): the gateway's own API keys on every model route, so
+    nothing is read, decoded or routed for a caller without one. `x-fak-api-key` carries a gateway key
+    beside a client key that is meant for an upstream."""
+    settings = _state(request).settings
+    path = request.url.path
+    if not settings.api_keys or path in PUBLIC or path.startswith("/v1/fak/"):
         return
     key = request.headers.get("x-fak-api-key") or _api_key(request)
     if key not in settings.api_keys:
@@ -96,7 +103,6 @@ def _check_key(request: Request, settings: Settings) -> None:
 
 
 async def _body(request: Request) -> bytes:
-    _check_key(request, _state(request).settings)
     return await request.body()
 
 
@@ -252,7 +258,6 @@ def metrics_endpoint(request: Request) -> Response:
 @get("/v1/models", sync_to_thread=False)
 def list_models(request: Request) -> Response:
     state = _state(request)
-    _check_key(request, state.settings)
     names = state.pipeline.models() if state.pipeline else list(state.settings.routed_models)
     created = int(state.started)
     if request.headers.get("anthropic-version"):
@@ -472,6 +477,7 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
         route_handlers=[healthz, metrics_endpoint, list_models, chat_completions, completions, messages, count_tokens,
                         audit_log, request_context],
         lifespan=[lifespan],
+        before_request=authenticate,
         exception_handlers={WireError: on_wire_error, HTTPException: on_http_error, Exception: on_unexpected},
         request_max_body_size=settings.max_body_bytes,
         middleware=[CountRequests()],

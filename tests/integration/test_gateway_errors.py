@@ -133,5 +133,11 @@ def test_api_keys_are_enforced_on_both_wires(nats_server, tmp_path):
         ok = anthropic.Anthropic(base_url=topo.gateway_url, api_key="sk-fak-1", max_retries=0).messages.create(
             model="synthetic", max_tokens=2, messages=[{"role": "user", "content": "x"}])
         assert ok.content
+        # every model route is guarded before its body is read; health and metrics stay public
+        import httpx
+        assert httpx.get(topo.gateway_url + "/v1/models").status_code == 401
+        assert httpx.post(topo.gateway_url + "/v1/messages/count_tokens", content=b"not even json").status_code == 401
+        assert httpx.get(topo.gateway_url + "/v1/models", headers={"x-fak-api-key": "sk-fak-1"}).status_code == 200
+        assert httpx.get(topo.gateway_url + "/healthz").status_code == 200
     finally:
         topo.stop()
