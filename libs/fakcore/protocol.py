@@ -64,6 +64,8 @@ class Sampling(msgspec.Struct, kw_only=True, omit_defaults=True):
     top_k: int = 0
     seed: int | None = None
     stop: list[str] = []
+    logprobs: bool = False  # report each generated token's log-probability (TokenChunk.logprobs)
+    top_logprobs: int = 0  # with logprobs: the most likely alternatives to report per token, 0..20
 
 
 class Usage(msgspec.Struct, kw_only=True):
@@ -122,11 +124,23 @@ class Accepted(Message, kw_only=True):
     held: bool = False  # the request asked for `hold` and this worker will sample nothing before its Release
 
 
+class TokenLogprob(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A token and its log-probability: the log-softmax of the model's raw logits at its position (before
+    temperature, top-k/top-p or a grammar), as OpenAI reports it."""
+
+    id: int
+    text: str  # the token's bytes read as UTF-8 (U+FFFD where they stop inside a character)
+    logprob: float  # natural log; -9999.0 for a probability of 0, as OpenAI (JSON has no -inf)
+    raw: bytes = b""  # the bytes the token stands for
+    top: list[TokenLogprob] = []  # the most likely tokens at this position, most likely first (Sampling.top_logprobs)
+
+
 class TokenChunk(Message, kw_only=True):
     request_id: str
     seq: int  # 0, 1, 2 … : order check for the consumer
     text: str  # decoded text delta (may be empty while a UTF-8 sequence is incomplete)
     token_ids: list[int] = []
+    logprobs: list[TokenLogprob] = []  # Sampling.logprobs: the tokens whose text is in this delta, in order
 
 
 class GenerateDone(Message, kw_only=True):

@@ -7,6 +7,7 @@ explicit 400, never silently ignored.
 
 from __future__ import annotations
 
+import codecs
 import json
 import time
 import uuid
@@ -23,12 +24,15 @@ from fakcore.protocol import (
     GenerateRequest,
     Sampling,
     TokenChunk,
+    TokenLogprob,
     ToolCall,
     ToolSpec,
     block_id,
 )
 
 DEFAULT_MAX_TOKENS = 1024
+MAX_TOP_LOGPROBS = 20  # chat `top_logprobs`, as OpenAI
+MAX_LEGACY_LOGPROBS = 5  # /v1/completions `logprobs`, as OpenAI
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -95,6 +99,7 @@ class ChatRequest(SamplingFields, kw_only=True):
     tools: list[Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+    top_logprobs: int | None = None
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
@@ -139,11 +144,11 @@ def _text_of(content: str | list[ContentPart] | None, where: str, strict: bool =
     return "".join(parts)
 
 
-def _sampling(r: SamplingFields, max_tokens: int | None) -> Sampling:
+def _sampling(r: SamplingFields, max_tokens: int | None, logprobs: tuple[bool, int] = (False, 0)) -> Sampling:
+    """logprobs: (report them, alternatives per token), read by the wire's own rules (_chat_logprobs,
+    _legacy_logprobs)."""
     if r.n not in (None, 1):
         raise WireError("invalid_request", "n > 1 is not supported", param="n")
-    if r.logprobs:
-        raise WireError("invalid_request", "logprobs are not supported", param="logprobs")
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(r, name):
             raise WireError("invalid_request", f"{name} is not supported (must be 0 or absent)", param=name)
@@ -159,7 +164,30 @@ def _sampling(r: SamplingFields, max_tokens: int | None) -> Sampling:
     if len(stop) > 4:
         raise WireError("invalid_request", "at most 4 stop sequences", param="stop")
     return Sampling(max_tokens=max_tokens or DEFAULT_MAX_TOKENS, temperature=temperature, top_p=top_p,
-                    top_k=r.top_k or 0, seed=r.seed, stop=stop)
+                    top_k=r.top_k or 0, seed=r.seed, stop=stop, logprobs=logprobs[0], top_logprobs=logprobs[1])
+
+
+def _chat_logprobs(r: ChatRequest) -> tuple[bool, int]:
+    """Chat: `logprobs` true, and `top_logprobs` 0..20 alternatives (only with it, as OpenAI)."""
+    if r.logprobs is not None and not isinstance(r.logprobs, bool):
+        raise WireError("invalid_request", "logprobs must be true or false on chat completions (top_logprobs asks for "
+                        "alternatives)", param="logprobs")
+    top = r.top_logprobs or 0
+    if not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise WireError("invalid_request", f"top_logprobs must be from 0 to {MAX_TOP_LOGPROBS}", param="top_logprobs")
+    if top and not r.logprobs:
+        raise WireError("invalid_request", "top_logprobs needs logprobs set to true", param="top_logprobs")
+    return bool(r.logprobs), top
+
+
+def _legacy_logprobs(r: CompletionRequest) -> tuple[bool, int]:
+    """/v1/completions: `logprobs` is the number of alternatives, 0..5 (0: the chosen token's only)."""
+    if r.logprobs is None:
+        return False, 0
+    if isinstance(r.logprobs, bool) or not 0 <= r.logprobs <= MAX_LEGACY_LOGPROBS:
+        raise WireError("invalid_request", f"logprobs must be an integer from 0 to {MAX_LEGACY_LOGPROBS} on completions",
+                        param="logprobs")
+    return True, r.logprobs
 
 
 def chat_to_bus(r: ChatRequest, session: str, strict: bool = True) -> GenerateRequest:
@@ -190,7 +218,7 @@ def chat_to_bus(r: ChatRequest, session: str, strict: bool = True) -> GenerateRe
     choice, choice_name = _tool_choice(r.tool_choice, tools)
     return GenerateRequest(request_id=request_id, model=r.model, messages=messages, tools=tools,
                            tool_choice=choice, tool_choice_name=choice_name, response_schema=_response_schema(r.response_format),
-                           sampling=_sampling(r, r.max_completion_tokens or r.max_tokens), session=session)
+                           sampling=_sampling(r, r.max_completion_tokens or r.max_tokens, _chat_logprobs(r)), session=session)
 
 
 def _name_tool_results(messages: list[ChatMessage]) -> None:
@@ -242,7 +270,7 @@ def completion_to_bus(r: CompletionRequest, session: str) -> GenerateRequest:
     else:
         prompt = r.prompt
     return GenerateRequest(request_id=f"cmpl-{uuid.uuid4().hex}", model=r.model, prompt=prompt,
-                           sampling=_sampling(r, r.max_tokens or 16), session=session)
+                           sampling=_sampling(r, r.max_tokens or 16, _legacy_logprobs(r)), session=session)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -261,32 +289,67 @@ def _calls_json(calls: list[ToolCall]) -> list[dict[str, Any]]:
     return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
 
 
-async def collect(replies: AsyncIterator[Any]) -> tuple[str, GenerateDone]:
+def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any]:
+    """A choice's `logprobs` on chat completions."""
+    def one(t: TokenLogprob) -> dict[str, Any]:
+        return {"token": t.text, "logprob": t.logprob, "bytes": list(t.raw)}
+
+    return {"content": [{**one(t), "top_logprobs": [one(a) for a in t.top]} for t in entries], "refusal": None}
+
+
+class LegacyLogprobs:
+    """A choice's `logprobs` on /v1/completions, for one chunk after another of one completion. A token's
+    `text_offset` is the character of the completion its bytes begin in (a token that continues a character
+    shares its offset); its `top_logprobs` holds the alternatives and, as OpenAI's, the chosen token."""
+
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._offset = 0
+
+    def __call__(self, entries: list[TokenLogprob]) -> dict[str, Any]:
+        out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for t in entries:
+            top: dict[str, float] = {}
+            for a in [*t.top, t]:
+                top.setdefault(a.text, a.logprob)
+            out["tokens"].append(t.text)
+            out["token_logprobs"].append(t.logprob)
+            out["top_logprobs"].append(top)
+            out["text_offset"].append(self._offset)
+            self._offset += len(self._utf8.decode(t.raw))
+        return out
+
+
+async def collect(replies: AsyncIterator[Any]) -> tuple[str, GenerateDone, list[TokenLogprob]]:
     parts: list[str] = []
+    logprobs: list[TokenLogprob] = []
     async for r in replies:
         if isinstance(r, TokenChunk):
             parts.append(r.text)
+            logprobs.extend(r.logprobs)
         elif isinstance(r, GenerateDone):
-            return "".join(parts), r
+            return "".join(parts), r, logprobs
     raise WireError("internal", "engine stream ended without a final message")
 
 
 async def chat_response(req: GenerateRequest, replies: AsyncIterator[Any]) -> dict[str, Any]:
-    text, done = await collect(replies)
+    text, done, logprobs = await collect(replies)
     message: dict[str, Any] = {"role": "assistant", "content": text if (text or not done.tool_calls) else None}
     if done.tool_calls:
         message["tool_calls"] = _calls_json(done.tool_calls)
     return {"id": req.request_id, "object": "chat.completion", "created": int(time.time()), "model": req.model,
             "system_fingerprint": f"fak-{done.receipt.weights_digest[:12]}",
-            "choices": [{"index": 0, "message": message, "finish_reason": done.finish_reason, "logprobs": None}],
+            "choices": [{"index": 0, "message": message, "finish_reason": done.finish_reason,
+                         "logprobs": chat_logprobs(logprobs) if req.sampling.logprobs else None}],
             "usage": usage_of(done)}
 
 
 async def completion_response(req: GenerateRequest, replies: AsyncIterator[Any]) -> dict[str, Any]:
-    text, done = await collect(replies)
+    text, done, logprobs = await collect(replies)
     return {"id": req.request_id, "object": "text_completion", "created": int(time.time()), "model": req.model,
             "system_fingerprint": f"fak-{done.receipt.weights_digest[:12]}",
-            "choices": [{"index": 0, "text": text, "finish_reason": done.finish_reason, "logprobs": None}],
+            "choices": [{"index": 0, "text": text, "finish_reason": done.finish_reason,
+                         "logprobs": LegacyLogprobs()(logprobs) if req.sampling.logprobs else None}],
             "usage": usage_of(done)}
 
 
@@ -298,15 +361,15 @@ async def chat_stream(req: GenerateRequest, first: Accepted, replies: AsyncItera
     created = int(time.time())
     fingerprint = f"fak-{first.receipt.weights_digest[:12]}"
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: dict[str, Any] | None = None) -> bytes:
         return sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": req.model,
                     "system_fingerprint": fingerprint,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra})
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]})
 
     yield chunk({"role": "assistant", "content": ""})
     async for r in replies:
-        if isinstance(r, TokenChunk) and r.text:
-            yield chunk({"content": r.text})
+        if isinstance(r, TokenChunk) and (r.text or r.logprobs):
+            yield chunk({"content": r.text}, logprobs=chat_logprobs(r.logprobs) if req.sampling.logprobs else None)
         elif isinstance(r, GenerateDone):
             for i, c in enumerate(r.tool_calls):
                 yield chunk({"tool_calls": [{"index": i, **_calls_json([c])[0]}]})
@@ -319,14 +382,15 @@ async def chat_stream(req: GenerateRequest, first: Accepted, replies: AsyncItera
 
 async def completion_stream(req: GenerateRequest, first: Accepted, replies: AsyncIterator[Any], include_usage: bool) -> AsyncIterator[bytes]:
     created = int(time.time())
+    legacy = LegacyLogprobs() if req.sampling.logprobs else None
 
-    def chunk(text: str, finish: str | None = None) -> bytes:
+    def chunk(text: str, finish: str | None = None, logprobs: dict[str, Any] | None = None) -> bytes:
         return sse({"id": req.request_id, "object": "text_completion", "created": created, "model": req.model,
-                    "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}]})
+                    "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}]})
 
     async for r in replies:
-        if isinstance(r, TokenChunk) and r.text:
-            yield chunk(r.text)
+        if isinstance(r, TokenChunk) and (r.text or r.logprobs):
+            yield chunk(r.text, logprobs=legacy(r.logprobs) if legacy is not None else None)
         elif isinstance(r, GenerateDone):
             yield chunk("", r.finish_reason)
             if include_usage:

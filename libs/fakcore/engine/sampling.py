@@ -7,6 +7,10 @@ Numerics: every accepted parameter value is safe. Logits are shifted by their ma
 temperature divides them, so a tiny temperature (1e-308) drives the others to -inf (probability 0) and
 the best token to exactly 0 (probability 1) instead of inf - inf = NaN; a huge one flattens towards
 uniform. Logits that are not finite at all (a model fault) fail the sequence that produced them.
+
+Log-probabilities (`logprobs`) are those of the model itself: the log-softmax of the raw logits, before
+temperature, top-k/top-p or a grammar shape the choice, computed in float64 as logit - max - log(sum(exp(
+logit - max))) so that no exp overflows and the best token's is exactly what its share of the mass says.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from fakcore.protocol import ErrorCode, Sampling
 
 MAX_TEMPERATURE = 100.0  # OpenAI accepts up to 2, Anthropic 1; beyond 100 every token is as likely
 SEED_BITS = 64
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat `top_logprobs`
+LOGPROB_FLOOR = -9999.0  # reported for a probability of 0 (a -inf logit): OpenAI's value, and JSON has no -inf
 
 
 def validate_sampling(p: Sampling) -> None:
@@ -35,6 +41,8 @@ def validate_sampling(p: Sampling) -> None:
         raise bad("top_k", f"must be 0 (off) or a positive count, not {p.top_k}")
     if p.max_tokens < 1:
         raise bad("max_tokens", "must be at least 1")
+    if not 0 <= p.top_logprobs <= MAX_TOP_LOGPROBS:
+        raise bad("top_logprobs", f"must be from 0 to {MAX_TOP_LOGPROBS}, not {p.top_logprobs}")
 
 
 class Sampler:
@@ -75,3 +83,26 @@ class Sampler:
             probs = probs[:keep] / probs[:keep].sum()
             order = order[:keep]
         return int(order[self.rng.choice(len(probs), p=probs)])
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """float64 log-probabilities of one row of logits (-inf where a logit is -inf)."""
+    x = logits.astype(np.float64)
+    if np.isnan(x).any() or np.isposinf(x).any():
+        raise FloatingPointError("the model produced non-finite logits")
+    shifted = x - x.max()  # the best is 0: exp never overflows, and the sum below is >= 1
+    with np.errstate(under="ignore"):
+        return shifted - np.log(np.exp(shifted).sum())
+
+
+def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+    """The log-probability of `token` and the `top` most likely (id, log-probability), most likely first
+    (equal ones by id), each floored at LOGPROB_FLOOR."""
+    lp = log_softmax(logits)
+    best: list[tuple[int, float]] = []
+    if top > 0:
+        k = min(top, len(lp))
+        part = np.argpartition(-lp, k - 1)[:k]
+        order = part[np.lexsort((part, -lp[part]))]
+        best = [(int(i), max(float(lp[i]), LOGPROB_FLOOR)) for i in order]
+    return max(float(lp[token]), LOGPROB_FLOOR), best

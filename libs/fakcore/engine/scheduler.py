@@ -5,7 +5,7 @@ per step, so a long prompt never stalls the streams already decoding) and the ne
 decoding sequence. One forward pass reads the weights once for all of them; each sequence keeps its own KV
 cache (a Segment of the batch). Finished sequences leave, waiting ones join, at every step.
 
-Events go to `on_event(seq, kind, payload)` from the scheduler thread: ("chunk", (text, token_ids)),
+Events go to `on_event(seq, kind, payload)` from the scheduler thread: ("chunk", (text, token_ids, logprobs)),
 ("done", None), ("error", (code, message)). The worker hops them onto its event loop.
 
 The scheduler thread is the only one that touches KV caches: a sequence gets its cache from the `acquire`
@@ -240,12 +240,13 @@ class Scheduler:
                 before = len(seq.generated)
                 text = seq.accept(row)
                 token_ids = seq.generated[before:]
+                logprobs = seq.take_logprobs()
             except Exception as exc:  # this sequence's sampler, grammar or detokenizer: only it fails
                 log.exception("sequence %s failed", seq.request.request_id)
                 self._finish(seq, "error", (ErrorCode.INTERNAL, f"generation failed: {type(exc).__name__}: {exc}"))
                 continue
-            if text or token_ids:
-                self.on_event(seq, "chunk", (text, token_ids))
+            if text or token_ids or logprobs:
+                self.on_event(seq, "chunk", (text, token_ids, logprobs))
             if seq.done:
                 self._finish(seq, "done", None)
         return len(tokens)

@@ -4,10 +4,12 @@ The scheduler owns a set of these and feeds each the logits of its newest positi
 into a token, a text delta and, eventually, a finish reason. Nothing here knows about NATS.
 
 Per token:  mask (grammar) -> sample -> detokenize -> stop strings -> split tool calls from content.
+With `logprobs` asked for, each token's log-probability follows its text to the content (LogprobLedger).
 """
 
 from __future__ import annotations
 
+import collections
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -18,13 +20,13 @@ import numpy as np
 from fakcore.engine.kvcache import cut_tokens
 from fakcore.engine.loader import LoadedModel
 from fakcore.engine.prompt import Prompt, RequestError, build_prompt, template_tools
-from fakcore.engine.sampling import Sampler
-from fakcore.protocol import ErrorCode, GenerateRequest, ToolCall
+from fakcore.engine.sampling import Sampler, token_logprobs
+from fakcore.protocol import ErrorCode, GenerateRequest, TokenLogprob, ToolCall
 from fakcore.text.constrain import Constraint, ConstraintError
 from fakcore.text.tokenizer import StreamDecoder
 from fakcore.text.toolcalls import ToolCallStreamer, detect_style
 
-__all__ = ["RequestError", "Sequence", "StopMatcher", "prepare", "prompt_ids"]
+__all__ = ["LogprobLedger", "RequestError", "Sequence", "StopMatcher", "prepare", "prompt_ids"]
 
 
 def uses_tools(request: GenerateRequest) -> bool:
@@ -88,6 +90,62 @@ class StopMatcher:
 
 
 @dataclass
+class _Sampled:
+    entry: TokenLogprob
+    start: int  # the token's characters in the detokenized text: [start, end)
+    end: int | None = None  # None until the detokenizer has let its text out
+    shown: bool = False  # reported: some of its text reached content
+
+
+class LogprobLedger:
+    """Hands out each sampled token's TokenLogprob with the content delta that first shows its text.
+
+    Between the sampler and the client the text passes the detokenizer (holding a token back until its
+    character is complete), the stop matcher (holding back what may become a stop string, dropping it and
+    everything after at a match) and the tool-call splitter (swallowing call markup). What the stop matcher
+    lets out is a prefix of the detokenized text, and the splitter's events partition it in order, so one
+    character position ties every token to what became of its text: a token is reported once any of its
+    characters reaches content; one whose characters all went into a tool call or past a stop is not.
+    """
+
+    def __init__(self) -> None:
+        self.sampled: collections.deque[_Sampled] = collections.deque()  # not yet wholly consumed
+        self.decoded = 0  # characters the detokenizer has let out
+        self.consumed = 0  # characters the content / tool-call split has passed on
+        self.ready: list[TokenLogprob] = []  # reported, not yet sent
+
+    def token(self, entry: TokenLogprob) -> None:
+        self.sampled.append(_Sampled(entry, self.decoded))
+
+    def decoded_text(self, text: str) -> None:
+        """The detokenizer let `text` out: it belongs to the tokens still waiting for theirs."""
+        if not text:
+            return
+        self.decoded += len(text)
+        for t in reversed(self.sampled):
+            if t.end is not None:
+                break
+            t.end = self.decoded
+
+    def passed(self, text: str, content: bool) -> None:
+        """The next `text` of the stop matcher's output went to content, or (content False) to a tool call."""
+        self.consumed += len(text)
+        if content and text:
+            for t in self.sampled:  # those left all end past the text consumed before this
+                if t.start >= self.consumed:
+                    break
+                if not t.shown:
+                    t.shown = True
+                    self.ready.append(t.entry)
+        while self.sampled and self.sampled[0].end is not None and self.sampled[0].end <= self.consumed:
+            self.sampled.popleft()
+
+    def take(self) -> list[TokenLogprob]:
+        out, self.ready = self.ready, []
+        return out
+
+
+@dataclass
 class Sequence:
     request: GenerateRequest
     prompt: list[int]  # prompt token ids
@@ -111,6 +169,7 @@ class Sequence:
         self.stops = StopMatcher(list(self.request.sampling.stop))
         self.eos = set(self.model.config.eos_ids) | set(self.model.tokenizer.eos_ids)
         self.calls = ToolCallStreamer(detect_style(self.model.template)) if uses_tools(self.request) else None
+        self.ledger = LogprobLedger() if self.request.sampling.logprobs else None
 
     @property
     def pending_prompt(self) -> list[int]:
@@ -142,7 +201,11 @@ class Sequence:
         self.generated.append(token)
         if self.constraint is not None:
             self.constraint.advance(token)
-        text, stopped = self.stops.push(self.decoder.push(token))
+        decoded = self.decoder.push(token)
+        if self.ledger is not None:
+            self.ledger.token(self._logprob(logits, token))
+            self.ledger.decoded_text(decoded)
+        text, stopped = self.stops.push(decoded)
         out = self._content(text)
         if stopped:
             out += self._finish("stop", flush=False)
@@ -153,14 +216,32 @@ class Sequence:
             out += self._finish("length")
         return out
 
+    def take_logprobs(self) -> list[TokenLogprob]:
+        """The entries of the tokens whose text the last accept() emitted (empty unless asked for)."""
+        return self.ledger.take() if self.ledger is not None else []
+
+    def _logprob(self, logits: np.ndarray, token: int) -> TokenLogprob:
+        tok = self.model.tokenizer
+
+        def entry(i: int, logprob: float, top: list[TokenLogprob]) -> TokenLogprob:
+            raw = tok.token_bytes(i)
+            return TokenLogprob(id=i, text=raw.decode("utf-8", errors="replace"), logprob=logprob, raw=raw, top=top)
+
+        chosen, best = token_logprobs(logits, token, self.request.sampling.top_logprobs)
+        return entry(token, chosen, [entry(i, lp, []) for i, lp in best])
+
     def _content(self, text: str) -> str:
         if self.calls is None or not text:
+            if self.ledger is not None:
+                self.ledger.passed(text, content=True)
             return text
         return self._events(self.calls.push(text))
 
     def _events(self, events: list) -> str:
         out = []
         for e in events:
+            if self.ledger is not None:
+                self.ledger.passed(e.text, content=e.kind == "content")
             if e.kind == "content":
                 out.append(e.text)
             elif e.call is not None:
@@ -171,7 +252,10 @@ class Sequence:
     def _finish(self, reason: str, flush: bool = True) -> str:
         out = ""
         if flush:
-            text, stopped = self.stops.push(self.decoder.flush())
+            decoded = self.decoder.flush()
+            if self.ledger is not None:
+                self.ledger.decoded_text(decoded)
+            text, stopped = self.stops.push(decoded)
             out = self._content(text if stopped else text + self.stops.flush())
         if self.calls is not None:
             out += self._events(self.calls.finish())

@@ -360,10 +360,10 @@ class EngineWorker:
         reply, arrived = entry
         name = self.model.name
         if kind == "chunk":
-            text, token_ids = payload
+            text, token_ids, logprobs = payload
             if seq.emitted == 0 and seq.first_token_at:
                 self.metrics.ttft.labels(name).observe(seq.first_token_at - seq.started)
-            msg: Any = TokenChunk(request_id=rid, seq=seq.emitted, text=text, token_ids=token_ids)
+            msg: Any = TokenChunk(request_id=rid, seq=seq.emitted, text=text, token_ids=token_ids, logprobs=logprobs)
         elif kind == "done":
             self._inflight.pop(rid, None)
             usage = Usage(prompt_tokens=len(seq.prompt), completion_tokens=len(seq.generated), cached_tokens=seq.cached_tokens)

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -96,6 +97,11 @@ def bytes_to_unicode() -> dict[int, str]:
             table[b] = chr(256 + extra)
             extra += 1
     return table
+
+
+@functools.cache
+def _unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 def generate_merges(vocab: dict[str, int], scores: dict[str, float]) -> list[tuple[str, str]]:
@@ -183,6 +189,33 @@ class Tokenizer:
 
     def is_special(self, i: int) -> bool:
         return i in self._special_ids
+
+    def token_bytes(self, i: int) -> bytes:
+        """The bytes one token stands for, out of any context: a byte-level token's bytes, a SentencePiece
+        piece with "▁" as a space, a byte-fallback token's byte, an added token's spelling; b"" outside the
+        vocabulary. (decode([i]) is not that: it strips a SentencePiece token's leading space and turns a
+        partial character into U+FFFD.)"""
+        piece = self._backend.id_to_token(i)
+        if piece is None:
+            return b""
+        if i in self._added_ids:
+            return piece.encode("utf-8")
+        if i in self._byte_fallback_ids and _BYTE_TOKEN.fullmatch(piece):
+            return bytes([int(piece[3:5], 16)])
+        table = _unicode_to_bytes()
+        if self._byte_level and all(c in table for c in piece):
+            return bytes(table[c] for c in piece)
+        return piece.replace("▁", " ").encode("utf-8")
+
+    @functools.cached_property
+    def _added_ids(self) -> frozenset[int]:
+        return frozenset(self._backend.get_added_tokens_decoder())
+
+    @functools.cached_property
+    def _byte_level(self) -> bool:
+        """Whether ordinary tokens are spelled in GPT-2's byte alphabet (the decoder maps it back)."""
+        decoder = self._backend.decoder
+        return decoder is not None and b'"ByteLevel"' in decoder.__getstate__()
 
     @property
     def bos_token(self) -> str:
@@ -545,8 +578,10 @@ class ByteTokenizer(Tokenizer):
         raise IndexError(f"token id {i} is outside the ByteTokenizer vocabulary of {self.vocab_size}")
 
     def token_bytes(self, i: int) -> bytes:
-        """The bytes one token stands for (a special's UTF-8 spelling)."""
-        return bytes([i]) if i < 256 else self.specials[i - 256].encode("utf-8")
+        """The bytes one token stands for (a special's UTF-8 spelling; b"" outside the vocabulary)."""
+        if 0 <= i < 256:
+            return bytes([i])
+        return self.specials[i - 256].encode("utf-8") if 256 <= i < self.vocab_size else b""
 
     def to_json(self) -> str:
         raise TypeError("ByteTokenizer has no tokenizer.json form")
