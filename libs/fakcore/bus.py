@@ -3,6 +3,9 @@
 Connections reconnect forever (a service outlives a nats-server restart) and are drained on shutdown so
 that no in-flight message is lost. A streamed request fails fast when nobody is subscribed (NATS answers
 "503 no responders" at once) and never waits longer than its timeouts.
+
+A connection with a user name (FAK_NATS_USER: one per service, permissions.py) puts its reply inboxes under
+`_INBOX.<user>`, the only inboxes that user may subscribe to, so no service reads another's replies.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
+from fakcore.permissions import inbox_prefix
 from fakcore.protocol import subjects
 from fakcore.settings import Settings
 
@@ -33,6 +37,10 @@ class BusTimeout(Exception):
     def __init__(self, message: str, first: bool = True):
         super().__init__(message)
         self.first = first
+
+
+class Rejected(Exception):
+    """A reply failed its check (a verdict without its sender's signature): treated as no reply at all."""
 
 
 class PeerLost(Exception):
@@ -70,6 +78,7 @@ async def connect(settings: Settings, name: str, *, connect_timeout: float = 5.0
     elif settings.nats_user:
         options["user"] = settings.nats_user
         options["password"] = settings.nats_password
+        options["inbox_prefix"] = inbox_prefix(settings.nats_user)
     # The first connection must succeed within connect_timeout: a service should not start half-alive.
     return await asyncio.wait_for(nats.connect(**options), timeout=connect_timeout + 1)
 
@@ -139,15 +148,20 @@ async def stream_request(
             pass
 
 
-async def request(nc: NATS, subject: str, payload: bytes, decoder: msgspec.msgpack.Decoder, *, timeout: float) -> Any:
-    """One request, one decoded reply; NoResponders / BusTimeout as for stream_request."""
+async def request(nc: NATS, subject: str, payload: bytes, decoder: msgspec.msgpack.Decoder, *, timeout: float,
+                  accept: Callable[[Any, bytes], bool] | None = None) -> Any:
+    """One request, one decoded reply; NoResponders / BusTimeout as for stream_request. With `accept`, a
+    reply it refuses (given the decoded reply and its bytes) raises Rejected."""
     try:
         msg = await nc.request(subject, payload, timeout=timeout)
     except nats.errors.NoRespondersError:
         raise NoResponders(subject) from None
     except nats.errors.TimeoutError:
         raise BusTimeout(f"no reply on {subject} within {timeout:.1f}s") from None
-    return decoder.decode(msg.data)
+    reply = decoder.decode(msg.data)
+    if accept is not None and not accept(reply, msg.data):
+        raise Rejected(f"the reply on {subject} failed its signature check")
+    return reply
 
 
 async def ensure_stream(nc: NATS, config: StreamConfig) -> Any:
@@ -157,9 +171,13 @@ async def ensure_stream(nc: NATS, config: StreamConfig) -> Any:
     for attempt in range(20):
         try:
             try:
-                await js.add_stream(config)
-            except nats.js.errors.BadRequestError:
-                await js.update_stream(config)
+                await js.add_stream(config)  # the same configuration again: a no-op
+            except nats.js.errors.BadRequestError:  # it exists with another one: its owner updates it
+                try:
+                    await js.update_stream(config)
+                except (nats.errors.TimeoutError, nats.js.errors.APIError) as exc:  # not the owner (permissions.py)
+                    log.warning("stream %s differs from this service's configuration and stays as it is: %s",
+                                config.name, exc or type(exc).__name__)
             return js
         except (nats.js.errors.ServiceUnavailableError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
             await asyncio.sleep(0.25 * (attempt + 1))

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from fakcore import settings as settings_mod
-from fakcore.settings import Settings
+from fakcore.settings import Settings, SettingsError
 
 SERVICES = ("gateway", "adjudicator", "kvmmu", "engine-cpu", "engine-cuda")
 
@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     pull.add_argument("--cache-dir", dest="cache_dir", default=None)
 
     args = parser.parse_args(argv)
-    settings = Settings.load(args=args)
+    try:
+        settings = Settings.load(args=args)
+    except SettingsError as exc:  # a bad value or a misspelt FAK_* name: one line, before any process starts
+        print(f"fak: {exc}", file=sys.stderr)
+        return 2
 
     if args.command == "up":
         from fakcore.launcher import up

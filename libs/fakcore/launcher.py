@@ -12,6 +12,11 @@ and the embedded nats-server on its port and data dir, so services, which reconn
 The embedded server's data dir is kept across runs (`<cache dir>/data` by default), so quarantine verdicts
 and the audit log survive a restart; `--data-dir temp` asks for a throw-away one.
 
+The embedded server is locked (natsd.py, permissions.py): each child connects as its service's NATS user
+with that user's permissions, and holds only the signing keys its service needs (verdicts, Releases), all
+handed over in its environment, never on its command line; `fak up` itself is `admin`. With FAK_NATS_URL
+the children use the credentials and keys configured.
+
 The same `Topology` class starts the processes for the integration tests.
 """
 
@@ -26,11 +31,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fakcore.models.sources import cache_dir
 from fakcore.natsd import EmbeddedNats
+from fakcore.permissions import BusSecrets
 from fakcore.routes import RoutesError, RouteTable
 from fakcore.settings import Settings
 
@@ -93,18 +99,25 @@ class Topology:
     children: list[Child] = field(default_factory=list)
     nats: EmbeddedNats | None = None
     nats_backoff: Backoff = field(default_factory=Backoff)
+    auth: bool = True  # lock the embedded nats-server (when this starts one): per-service users, signing keys
+    secrets: BusSecrets | None = None  # of the locked embedded server: what each child is handed
 
     # -- start / stop ---------------------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> Topology:
         t0 = time.monotonic()
         if not self.settings.nats_url:
-            server = EmbeddedNats(data_dir=data_dir(self.settings), port=self.settings.nats_port)
+            server = EmbeddedNats(data_dir=data_dir(self.settings), port=self.settings.nats_port, auth=self.auth)
             try:
                 self.nats = server.start()
             except (OSError, RuntimeError) as exc:  # taken data dir, no binary, a server that does not come up
                 raise StartupError(str(exc)) from exc
             self.nats_backoff = Backoff(started=time.monotonic())
             self.settings = self.settings.replace(nats_url=self.nats.url)
+            if self.nats.secrets is not None:  # keys set in the configuration win over the generated ones
+                s = self.settings
+                self.secrets = replace(self.nats.secrets, verdict_key=s.verdict_key or self.nats.secrets.verdict_key,
+                                       release_key=s.release_key or self.nats.secrets.release_key)
+                self.settings = s.replace(**self.secrets.settings_for("admin"))
         try:
             for service in self.services:
                 for i in range(self.workers if service == "engine-cpu" else 1):
@@ -116,6 +129,8 @@ class Topology:
         return self
 
     def spawn(self, service: str, index: int = 0, **overrides: object) -> Child:
+        if self.secrets is not None:  # its own user, password and keys: nothing of admin's
+            overrides = {**self.secrets.settings_for(service), **overrides}
         env = {**os.environ, **self.settings.replace(**overrides).to_env()}
         name = f"{service}#{index + 1}" if service == "engine-cpu" and self.workers > 1 else service
         if service == "engine-cpu" and not self.settings.worker_id and self.workers > 1:

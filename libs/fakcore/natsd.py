@@ -9,6 +9,11 @@ One data dir serves one server: nats-server itself does not notice a second one 
 store, so `start()` takes an exclusive lock on `<data dir>/lock` (fcntl.flock) and fails with
 `DataDirInUse` when another process holds it. The server inherits the lock's file descriptor, so the dir
 stays locked while an orphaned server still runs on it.
+
+With `auth` the bus is closed to anyone without a service's credentials: the server runs with
+`<data dir>/auth/nats.conf`, the users and permissions of permissions.py, and the passwords (and the
+signing keys, which the launcher hands out) are generated once into `<data dir>/auth/secrets.json`; the
+dir is 0700, the files 0600, and `secrets` holds them while the server runs.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from fakcore.permissions import BusSecrets, private_dir, render, write_private
+
+AUTH_DIR = "auth"  # under the data dir: the server's configuration and the bus secrets
 
 
 class DataDirInUse(RuntimeError):
@@ -46,7 +55,7 @@ class EmbeddedNats:
     A data dir given is kept on stop(); without one the server runs in a temporary dir removed on stop()."""
 
     def __init__(self, data_dir: str | os.PathLike | None = None, port: int = 0, host: str = "127.0.0.1",
-                 log_file: str | os.PathLike | None = None):
+                 log_file: str | os.PathLike | None = None, auth: bool = False):
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="fak-nats-"))
         self.port = port
@@ -55,11 +64,19 @@ class EmbeddedNats:
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self._lock_fd: int | None = None
+        self.auth = auth
+        self.secrets: BusSecrets | None = None  # with auth: the passwords and signing keys of this data dir
+
+    @property
+    def auth_dir(self) -> Path:
+        return self.data_dir / AUTH_DIR
 
     def start(self, timeout: float = 10.0) -> EmbeddedNats:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._lock()
+            if self.auth:
+                self._configure()
             self._launch(timeout)
         except BaseException:
             self.stop()
@@ -107,6 +124,11 @@ class EmbeddedNats:
         os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
 
+    def _configure(self) -> None:
+        """The secrets of the data dir (made on first use) and a server configuration rendered from them."""
+        self.secrets = BusSecrets.load_or_create(private_dir(self.auth_dir))
+        write_private(self.auth_dir / "nats.conf", render(self.secrets.passwords))
+
     def _launch(self, timeout: float) -> None:
         # The ports dir is ours alone while we hold the lock: clear what a killed server left in it.
         ports_dir = self.data_dir / "ports"
@@ -114,6 +136,8 @@ class EmbeddedNats:
         ports_dir.mkdir()
         cmd = [server_binary(), "-a", self.host, "-p", str(self.port or -1), "-js", "-sd", str(self.data_dir / "js"),
                "--ports_file_dir", str(ports_dir)]
+        if self.secrets is not None:
+            cmd += ["-c", str(self.auth_dir / "nats.conf")]
         log = open(self.log_file, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True, pass_fds=() if self._lock_fd is None else (self._lock_fd,))

@@ -4,17 +4,39 @@ A setting is a field of `Settings` with a description. Its value comes, last one
 here, the environment (`FAK_<FIELD>` upper-cased, so a container can set all of them), then a command-line
 flag (`--<field-with-dashes>`). The README's configuration table is generated from this class and a unit
 test keeps the two in step.
+
+Strict on purpose: a value that does not read as its type (a choice outside its `Literal`, a boolean other than
+true/false/1/0/yes/no/on/off, a number or size that does not parse) and a `FAK_*` variable that is no
+setting fail `Settings.load` with one line naming the variable or flag, the value and the choices, so a typo
+never quietly turns screening off. `fak up` reports it and exits 2 before it starts any process.
+
+Secrets (the fields in SECRETS: API and admin keys, the NATS password, signing keys) travel to child processes only in the environment, never on
+a command line, and never appear in a repr or a log line; keys may come from files (`api_keys_file`).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import math
 import os
-from typing import Annotated, Any, get_args, get_origin
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import msgspec
 
 ENV_PREFIX = "FAK_"
+# FAK_* variables that fak reads and that are not settings; any other FAK_* name is refused as a misspelling.
+# (compose.yaml's own variables come from its .env, which an operator may also have in the shell running fak.)
+NOT_SETTINGS = frozenset({
+    "FAK_GATEWAY_PORT", "FAK_PROMETHEUS_PORT", "FAK_GRAFANA_PORT",  # compose.yaml: the host ports it publishes
+    "FAK_PROMETHEUS_RETENTION", "FAK_GRAFANA_ADMIN_PASSWORD", "FAK_CUDA_KV_BUDGET",  # compose.yaml: its .env
+    *(f"FAK_NATS_{user}_PASSWORD" for user in ("GATEWAY", "ADJUDICATOR", "KVMMU", "ENGINE", "ADMIN")),  # the bus users
+    "FAK_BENCH_DIR", "FAK_LLAMA_BENCH",  # bench/llamacpp.py: where llama.cpp is built, or a llama-bench to use
+})
+NOT_SETTINGS_PREFIXES = ("FAK_TEST_",)  # the tests' own variables: process tags, upstream keys in routes files
+BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
+SECRETS = frozenset({"api_keys", "admin_keys", "nats_password", "verdict_key", "release_key"})  # masked in repr; only ever in the environment
 
 
 def _doc(text: str) -> msgspec.Meta:
@@ -29,39 +51,43 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     nats_creds: Annotated[str, _doc("Path to a NATS .creds file (JWT + nkey), instead of user/password.")] = ""
     nats_port: Annotated[int, _doc("Port of the embedded nats-server started by `fak up` (0: a free port).")] = 0
     data_dir: Annotated[str, _doc("Where the embedded nats-server keeps its JetStream data (quarantine verdicts, the audit log) across restarts; one `fak up` at a time per dir. Empty: `<cache_dir>/data`; `temp`: a temporary dir removed on stop.")] = ""
+    verdict_key: Annotated[str, _doc("HMAC-SHA256 key of verdicts: the adjudicator signs its verdicts with it; a gateway or kvmmu that has it refuses unsigned or badly signed ones (fail closed). `fak up` generates one per data dir for its embedded nats-server. Empty: verdicts are not signed or checked.")] = ""
+    release_key: Annotated[str, _doc("HMAC-SHA256 key of Releases (the verdict barrier): the gateway signs them; an engine that has it ignores unsigned or badly signed ones, so a held request waits for the real one. `fak up` generates one per data dir for its embedded nats-server. Empty: not signed or checked.")] = ""
 
     # -- the gateway -----------------------------------------------------------------------------------
     host: Annotated[str, _doc("Gateway bind address.")] = "127.0.0.1"
     port: Annotated[int, _doc("Gateway HTTP port.")] = 8080
     models: Annotated[tuple[str, ...], _doc("Models the gateway routes (comma separated). Default: the served `model`.")] = ()
-    api_keys: Annotated[tuple[str, ...], _doc("Gateway API keys (comma separated). Empty: no key is required.")] = ()
+    api_keys: Annotated[tuple[str, ...], _doc("Gateway API keys (comma separated), added to those in `api_keys_file`. None at all: no key is required. Prefer the variable or the file: a flag shows in `ps`.")] = ()
+    api_keys_file: Annotated[str, _doc("A file of gateway API keys, one a line (blank lines and `#` comments ignored), read at start-up; child processes get the path, not the keys. Missing, unreadable or empty: an error.")] = ""
     max_body_bytes: Annotated[int, _doc("Largest request body the gateway accepts, in bytes (413 above it).")] = 4 * 1024 * 1024
     ack_timeout_s: Annotated[float, _doc("How long the gateway waits for an engine worker to accept a request before failing it (503).")] = 5.0
     idle_timeout_s: Annotated[float, _doc("Longest silence between two streamed engine messages before the request fails (504).")] = 120.0
     worker_stale_s: Annotated[float, _doc("A worker not heard from for this long is treated as gone (its streams fail, not-yet-started requests go to another worker).")] = 3.0
     adjudicate: Annotated[bool, _doc("Gateway: screen tool results and adjudicate tool calls (the quarantine fan-out). Off: requests pass unscreened (benchmarks only).")] = True
     adjudicate_timeout_s: Annotated[float, _doc("How long the gateway waits for a verdict; none in time fails the request (503), never lets it through.")] = 10.0
-    verdict_barrier: Annotated[str, _doc("Where requests with unscreened tool results wait: `engine` (held: prefill runs while screening, no token before the Release) or `gateway` (screen first, then send).")] = "engine"
+    verdict_barrier: Annotated[Literal["engine", "gateway"], _doc("Where requests with unscreened tool results wait: `engine` (held: prefill runs while screening, no token before the Release) or `gateway` (screen first, then send).")] = "engine"
     verdict_cache_size: Annotated[int, _doc("Clean tool-result verdicts a gateway remembers (by block id), so repeated results are not screened again.")] = 100000
-    admin_keys: Annotated[tuple[str, ...], _doc("Keys for the gateway's operator endpoints (/v1/fak/audit, /v1/fak/requests/…), comma separated. Empty: those endpoints refuse (403).")] = ()
+    admin_keys: Annotated[tuple[str, ...], _doc("Keys for the gateway's operator endpoints (/v1/fak/audit, /v1/fak/requests/…), comma separated, added to those in `admin_keys_file`. None at all: those endpoints refuse (403).")] = ()
+    admin_keys_file: Annotated[str, _doc("A file of operator keys, one a line (blank lines and `#` comments ignored), read at start-up; child processes get the path, not the keys. Missing, unreadable or empty: an error.")] = ""
     audit_buffer: Annotated[int, _doc("Audit records (verdicts, eviction receipts) a gateway keeps in memory for /v1/fak/audit; older ones stay in JetStream.")] = 20000
     base_url: Annotated[str, _doc("Upstream mode: the API every model not served in-kernel goes to (e.g. http://127.0.0.1:11434/v1 for an OpenAI-compatible server, https://… for Anthropic's), with the client's own key. `fak up` then starts no engine worker unless `models` names in-kernel ones.")] = ""
-    upstream_wire: Annotated[str, _doc("What `base_url` speaks: `openai` (chat completions; the URL ends in its version, /v1) or `anthropic` (messages; the URL without /v1).")] = "openai"
+    upstream_wire: Annotated[Literal["openai", "anthropic"], _doc("What `base_url` speaks: `openai` (chat completions; the URL ends in its version, /v1) or `anthropic` (messages; the URL without /v1).")] = "openai"
     routes: Annotated[str, _doc("A routes file (YAML): model ids, globs and aliases mapped to the in-kernel engine or to named upstreams (url, wire, auth, key variable, timeout). See libs/fakcore/routes.py.")] = ""
 
     # -- the engine ------------------------------------------------------------------------------------
     model: Annotated[str, _doc("Model an engine worker serves: `synthetic`, `smollm2-135m`, a .gguf path, a safetensors dir, or hf://org/repo.")] = "synthetic"
-    backend: Annotated[str, _doc("Engine numeric path: `reference` (numpy f32) or `numba` (fast CPU).")] = "reference"
+    backend: Annotated[Literal["reference", "numba"], _doc("Engine numeric path: `reference` (numpy f32) or `numba` (fast CPU).")] = "reference"
     threads: Annotated[int, _doc("Compute threads of the numba backend (0: all cores).")] = 0
-    activations: Annotated[str, _doc("numba backend: `f32` activations (argmax-exact vs the reference) or `int8` (int8 dot products with AVX-512 VNNI or AVX2, whichever the CPU has; faster, approximate).")] = "f32"
+    activations: Annotated[Literal["f32", "int8"], _doc("numba backend: `f32` activations (argmax-exact vs the reference) or `int8` (int8 dot products with AVX-512 VNNI or AVX2, whichever the CPU has; faster, approximate).")] = "f32"
     worker_id: Annotated[str, _doc("Engine worker name on the bus (default: host-pid).")] = ""
     max_sessions: Annotated[int, _doc("Sequences an engine worker decodes together (continuous batching width).")] = 16
     max_queue: Annotated[int, _doc("Requests an engine worker queues beyond `max_sessions` before refusing (overloaded).")] = 64
     announce_interval_s: Annotated[float, _doc("Seconds between worker/service heartbeats on the bus.")] = 1.0
     cache_dir: Annotated[str, _doc("Model cache directory (default: ~/.cache/fak).")] = ""
-    kv_budget: Annotated[str, _doc("KV-cache memory of an engine worker (e.g. 512MiB, 2GiB): finished sequences are kept for prefix reuse and dropped least-recently-used first above it; 0 keeps none.")] = "1GiB"
+    kv_budget: Annotated[str, _doc("KV-cache memory of an engine worker (a size, read at start-up: e.g. 512MiB, 2GiB): finished sequences are kept for prefix reuse and dropped least-recently-used first above it; 0 keeps none.")] = "1GiB"
     kv_min_prefix: Annotated[int, _doc("Fewest shared prompt tokens worth reusing from a cached sequence.")] = 16
-    kv_evict_mode: Annotated[str, _doc("How a quarantined block's KV spans are evicted: `exact` (drop, recompute the suffix: bit-identical to a fresh prefill) or `shift` (drop, re-rotate survivors' keys; no recompute).")] = "exact"
+    kv_evict_mode: Annotated[Literal["exact", "shift"], _doc("How a quarantined block's KV spans are evicted: `exact` (drop, recompute the suffix: bit-identical to a fresh prefill) or `shift` (drop, re-rotate survivors' keys; no recompute).")] = "exact"
     kv_verify: Annotated[bool, _doc("After each eviction, prefill the surviving tokens into a scratch cache and report in the receipt whether the cache is bit-identical (doubles the eviction cost).")] = True
     hold_timeout_s: Annotated[float, _doc("Verdict barrier: how long a held request waits for its Release before it fails (504).")] = 30.0
 
@@ -69,13 +95,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     policy: Annotated[str, _doc("Policy for tool-call adjudication: a YAML file, or a folder with default.yaml and one <key id>.yaml per API key. Empty: the built-in policy (deploy/policies/default.yaml).")] = ""
     policy_reload_s: Annotated[float, _doc("How often the adjudicator checks the policy files for changes (hot reload; a bad file keeps the old policy). 0: never.")] = 2.0
     screen_threshold: Annotated[float, _doc("Inline screening: a tool result scoring at or above this is quarantined. 0.4: any rule (borderline ones score 0.45); 0.5: a strong rule or two borderline ones.")] = 0.4
-    screen_model: Annotated[str, _doc("Model-stage screening: `sync` (before the verdict), `async` (after it: a late quarantine, enforced by eviction) or `off`.")] = "sync"
+    screen_model: Annotated[Literal["sync", "async", "off"], _doc("Model-stage screening: `sync` (before the verdict), `async` (after it: a late quarantine, enforced by eviction) or `off`.")] = "sync"
     screen_model_threshold: Annotated[float, _doc("Model stage: probability at or above which a tool result is quarantined (0: the threshold shipped with the model).")] = 0.0
 
     # -- every process ---------------------------------------------------------------------------------
     metrics_port: Annotated[int, _doc("Port of a non-HTTP service's /metrics and /healthz (0: a free port, announced on the bus).")] = 0
     metrics_host: Annotated[str, _doc("Bind address of a non-HTTP service's /metrics and /healthz.")] = "127.0.0.1"
-    log_level: Annotated[str, _doc("Log level (DEBUG, INFO, WARNING, ERROR).")] = "INFO"
+    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], _doc("Log level (DEBUG, INFO, WARNING, ERROR).")] = "INFO"
+
+    # -- not settings: filled by `load` (no variable, no flag) ----------------------------------------
+    _api_keys_from_file: tuple[str, ...] = ()  # the part of `api_keys` read from `api_keys_file`
+    _admin_keys_from_file: tuple[str, ...] = ()  # the part of `admin_keys` read from `admin_keys_file`
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -94,28 +124,54 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return msgspec.structs.replace(self, **changes)
 
     def to_env(self) -> dict[str, str]:
-        """This configuration as FAK_* variables, for a child process."""
+        """This configuration as FAK_* variables, for a child process (in its environment: never on its
+        command line). Keys read from a keys file stay out: the child gets the file's path and reads it."""
         env = {}
-        for field in msgspec.structs.fields(self):
+        for field in setting_fields():
             value = getattr(self, field.name)
+            if field.name in ("api_keys", "admin_keys"):
+                from_file = getattr(self, f"_{field.name}_from_file")
+                value = tuple(k for k in value if k not in from_file)
             env[ENV_PREFIX + field.name.upper()] = ",".join(value) if isinstance(value, tuple) else str(value)
         return env
 
+    def __repr__(self) -> str:  # secrets masked: a Settings in a log line or a traceback shows no key
+        shown = (f"{f.name}={'***' if f.name in SECRETS and getattr(self, f.name) else repr(getattr(self, f.name))}"
+                 for f in setting_fields())
+        return f"Settings({', '.join(shown)})"
+
     @classmethod
     def load(cls, env: dict[str, str] | None = None, args: argparse.Namespace | None = None, **overrides: Any) -> Settings:
-        """Defaults, then `env` (default os.environ), then parsed CLI flags, then explicit overrides."""
+        """Defaults, then `env` (default os.environ), then parsed CLI flags, then explicit overrides; then
+        the keys files. Anything wrong raises SettingsError with one line naming where it came from."""
         env = os.environ if env is None else env
+        fields = {f.name: f for f in setting_fields()}
+        _refuse_unknown(env, fields)
         raw: dict[str, Any] = {}
-        for field in msgspec.structs.fields(cls):
-            key = ENV_PREFIX + field.name.upper()
+        where: dict[str, str] = {}  # setting -> the variable or flag its value came from, for errors
+        for name, field in fields.items():
+            key = ENV_PREFIX + name.upper()
             if key in env:
-                raw[field.name] = _from_text(field.type, env[key])
+                where[name] = key
+                raw[name] = _parse(field, env[key], f"{key}={env[key]}")
         if args is not None:
-            for field in msgspec.structs.fields(cls):
-                value = getattr(args, field.name, None)
+            for name, field in fields.items():
+                value = getattr(args, name, None)
                 if value is not None:
-                    raw[field.name] = _from_text(field.type, value) if isinstance(value, str) else value
-        raw.update(overrides)
+                    flag = "--" + name.replace("_", "-")
+                    where[name] = flag
+                    raw[name] = _parse(field, value, f"{flag}={value}")
+        for name, value in overrides.items():
+            if name not in fields:
+                raise SettingsError(f"{name}: no such setting{_did_you_mean(name, fields)}")
+            where[name] = name
+            raw[name] = _parse(fields[name], value, f"{name}={value}")
+        for name in ("api_keys", "admin_keys"):
+            path = raw.get(f"{name}_file", "")
+            if path:
+                from_file = read_keys_file(path, where[f"{name}_file"])
+                raw[f"_{name}_from_file"] = from_file
+                raw[name] = tuple(dict.fromkeys((*from_file, *raw.get(name, ()))))  # file first: to_env round-trips
         try:
             return msgspec.convert(raw, cls, strict=False)
         except msgspec.ValidationError as exc:
@@ -126,10 +182,15 @@ class SettingsError(ValueError):
     pass
 
 
+def setting_fields() -> tuple[msgspec.structs.FieldInfo, ...]:
+    """The fields of Settings that are settings (the `_` ones are filled by `load`)."""
+    return tuple(f for f in msgspec.structs.fields(Settings) if not f.name.startswith("_"))
+
+
 def describe() -> list[tuple[str, str, str, str]]:
     """(flag, env var, default, description) for every setting: the CLI help and the README table."""
     rows = []
-    for field in msgspec.structs.fields(Settings):
+    for field in setting_fields():
         meta = next((a for a in get_args(field.type)[1:] if isinstance(a, msgspec.Meta)), None)
         default = field.default
         shown = ",".join(default) if isinstance(default, tuple) else str(default)
@@ -139,7 +200,7 @@ def describe() -> list[tuple[str, str, str, str]]:
 
 def add_arguments(parser: argparse.ArgumentParser, only: set[str] | None = None) -> None:
     """One `--flag` per setting (all as text; `Settings.load` converts). Defaults stay None = not given."""
-    for field in msgspec.structs.fields(Settings):
+    for field in setting_fields():
         if only is not None and field.name not in only:
             continue
         meta = next((a for a in get_args(field.type)[1:] if isinstance(a, msgspec.Meta)), None)
@@ -154,15 +215,82 @@ def parse_bytes(text: str) -> int:
     s = str(text).strip().lower().replace(" ", "")
     num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = s[len(num):]
-    if not num or unit not in units:
+    try:
+        size = float(num) if unit in units else math.nan
+    except ValueError:
+        size = math.nan
+    if not (size >= 0 and math.isfinite(size)):
         raise SettingsError(f"cannot read {text!r} as a size (examples: 0, 4096, 512MiB, 2GiB)")
-    return int(float(num) * units[unit])
+    return int(size * units[unit])
 
 
-def _from_text(annotation: Any, value: Any) -> Any:
-    base = get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
-    if isinstance(value, str) and get_origin(base) is tuple:
-        return tuple(v.strip() for v in value.split(",") if v.strip())
-    if isinstance(value, str) and base is bool:
-        return value.strip().lower() in ("1", "true", "yes", "on")
+def read_keys_file(path: str, where: str) -> tuple[str, ...]:
+    """The keys in a keys file: one a line; blank lines and lines starting with # are skipped."""
+    try:
+        lines = Path(path).expanduser().read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{where}={path}: cannot read the keys file ({exc.strerror or exc})") from exc
+    keys = tuple(dict.fromkeys(s for s in (line.strip() for line in lines) if s and not s.startswith("#")))
+    if not keys:
+        raise SettingsError(f"{where}={path}: the keys file holds no key")
+    return keys
+
+
+# -- reading values ------------------------------------------------------------------------------------
+SIZES = frozenset({"kv_budget"})  # text settings that must read as a size (parse_bytes)
+
+
+def _parse(field: msgspec.structs.FieldInfo, value: Any, where: str) -> Any:
+    """`value` (text from a variable or flag, or a Python value) as the field's type, or SettingsError."""
+    base = get_args(field.type)[0] if get_origin(field.type) is Annotated else field.type
+    text = value.strip() if isinstance(value, str) else None
+    if field.name in SECRETS:
+        where = where.split("=", 1)[0]  # never a key in an error
+    if get_origin(base) is Literal:
+        choices = get_args(base)
+        value = value if text is None else text
+        if value not in choices:
+            raise SettingsError(f"{where}: expected one of {', '.join(choices)}{_did_you_mean(value, choices)}")
+        return value
+    elif base is bool and text is not None:
+        if text.lower() not in BOOLEANS:
+            raise SettingsError(f"{where}: expected one of {', '.join(BOOLEANS)}{_did_you_mean(text, BOOLEANS)}")
+        return BOOLEANS[text.lower()]
+    elif base is int and text is not None:
+        try:
+            return int(text)
+        except ValueError:
+            raise SettingsError(f"{where}: expected a whole number") from None
+    elif base is float and text is not None:
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            raise SettingsError(f"{where}: expected a number")
+        return number
+    elif get_origin(base) is tuple and text is not None:
+        return tuple(v.strip() for v in text.split(",") if v.strip())
+    if field.name in SIZES:
+        try:
+            parse_bytes(value)
+        except SettingsError:
+            raise SettingsError(f"{where}: expected a size (examples: 0, 4096, 512MiB, 2GiB)") from None
     return value
+
+
+def _refuse_unknown(env: Any, fields: dict[str, Any]) -> None:
+    """A FAK_* variable that is no setting (and none of NOT_SETTINGS) is a misspelling: refuse it, by name."""
+    known = {ENV_PREFIX + name.upper() for name in fields}
+    for key in sorted(env):
+        if key.startswith(ENV_PREFIX) and key not in known and key not in NOT_SETTINGS \
+                and not key.startswith(NOT_SETTINGS_PREFIXES):
+            hint = _did_you_mean(key, known) or " (the settings are in README.md, Configuration)"
+            raise SettingsError(f"{key}: no such setting{hint}")  # the value is not shown: it may be a key
+
+
+def _did_you_mean(value: Any, choices: Any) -> str:
+    """' (did you mean X?)' for the closest choice, case aside; '' when none is close."""
+    by_lower = {str(c).lower(): str(c) for c in choices}
+    close = difflib.get_close_matches(str(value).lower(), list(by_lower), n=1)
+    return f" (did you mean {by_lower[close[0]]}?)" if close else ""

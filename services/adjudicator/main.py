@@ -5,6 +5,9 @@
               quarantine                                         -> JetStream fak.v1.verdict.quarantine, once
               async model stage after a clean inline verdict     -> a late QuarantineVerdict
     every verdict                                                -> JetStream fak.v1.audit.verdict
+
+With FAK_VERDICT_KEY every verdict is signed (protocol.encode_signed): a reply for the request it answers,
+a quarantine verdict for its subject.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from fakcore.protocol import (
     GenerateError,
     ResultVerdict,
     encode,
+    encode_signed,
     subjects,
 )
 from fakcore.screening import Screener
@@ -69,7 +73,8 @@ async def bootstrap(svc: Service) -> None:
     async def publish_quarantine(req: AdjudicateResult, v: ResultVerdict) -> None:
         q = handlers.quarantine_of(req, v)
         # Nats-Msg-Id: the stream drops a second copy of the same block's verdict (another replica, a retry)
-        await js.publish(subjects.QUARANTINE, encode(q), headers={"Nats-Msg-Id": f"q-{q.block}"})
+        await js.publish(subjects.QUARANTINE, encode_signed(q, s.verdict_key, subjects.QUARANTINE),
+                         headers={"Nats-Msg-Id": f"q-{q.block}"})
         m.quarantines.labels(v.stage, v.detector).inc()
 
     async def audit(record: Any) -> None:
@@ -99,7 +104,7 @@ async def bootstrap(svc: Service) -> None:
             if isinstance(req, AdjudicateCall):
                 verdict: Any = handlers.adjudicate_call(store.current, limiter, req)
                 m.verdicts.labels("call", "allow" if verdict.allow else "deny", verdict.rule, "").inc()
-                await msg.respond(encode(verdict))
+                await msg.respond(encode_signed(verdict, s.verdict_key, msg.subject, msg.data))  # bound to the request
                 record = handlers.audit_call(req, verdict, time.perf_counter() - t0, svc.instance)
             else:
                 verdict = handlers.screen_result(screener, req, with_model=s.screen_model == "sync")
@@ -107,7 +112,7 @@ async def bootstrap(svc: Service) -> None:
                 m.verdicts.labels("result", verdict.verdict, "", verdict.detector or "none").inc()
                 if verdict.verdict == "quarantine":
                     await publish_quarantine(req, verdict)  # before the reply: the fan-out never misses one
-                await msg.respond(encode(verdict))
+                await msg.respond(encode_signed(verdict, s.verdict_key, msg.subject, msg.data))
                 record = handlers.audit_result(req, verdict, time.perf_counter() - t0, svc.instance)
                 if verdict.verdict == "clean" and s.screen_model == "async" and screener.model is not None:
                     task = asyncio.create_task(late_model_stage(req))

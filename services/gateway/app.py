@@ -76,7 +76,7 @@ class State:
         self.m = GatewayMetrics(metrics)
         self.engines = engines
         self.started = time.time()
-        self.filter = ContextFilter(settings.verdict_cache_size)
+        self.filter = ContextFilter(settings.verdict_cache_size, verdict_key=settings.verdict_key)
         self.audit = AuditView(settings.audit_buffer)
         self.guard: Guard | None = None
         self.pipeline: Pipeline | None = None

@@ -36,6 +36,7 @@ from fakcore.protocol import (
     QuarantineVerdict,
     ResultVerdict,
     block_id,
+    signed_ok,
     subjects,
 )
 
@@ -53,7 +54,9 @@ def placeholder(q: QuarantineVerdict | ResultVerdict) -> str:
 
 
 class ContextFilter:
-    def __init__(self, clean_capacity: int = 100_000):
+    def __init__(self, clean_capacity: int = 100_000, verdict_key: str = ""):
+        self.verdict_key = verdict_key  # FAK_VERDICT_KEY: stream verdicts without the adjudicator's signature are ignored
+        self.rejected = 0  # verdicts ignored for a missing or bad signature
         self.quarantined: dict[str, QuarantineVerdict] = {}
         self.clean: OrderedDict[str, ResultVerdict] = OrderedDict()
         self.capacity = clean_capacity
@@ -120,7 +123,12 @@ class ContextFilter:
 
     async def _on_verdict(self, msg: Any) -> None:
         try:
-            self.add(Decoders.quarantine.decode(msg.data))
+            if signed_ok(msg.data, self.verdict_key, subjects.QUARANTINE):
+                self.add(Decoders.quarantine.decode(msg.data))
+            else:
+                self.rejected += 1
+                log.error("quarantine verdict without a valid signature ignored (stream sequence %s)",
+                          msg.metadata.sequence.stream)
         except msgspec.DecodeError as exc:
             log.warning("undecodable quarantine verdict: %s", exc)
         if not self.ready.is_set() and msg.metadata.sequence.stream >= self._caught_up_at:

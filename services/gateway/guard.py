@@ -21,6 +21,8 @@ Sessions: `x-fak-session` when the client sends it, else derived from the conver
 hash of its first system and user messages), which stays the same as a conversation grows.
 Taint: a request whose conversation holds any tool result is tainted (the chat APIs resend the whole
 conversation, so this follows the session across replicas without shared state).
+Signatures: with FAK_VERDICT_KEY a verdict that is not signed by the adjudicator for its very request fails
+that request (503), as no verdict would; with FAK_RELEASE_KEY the Release is signed for the engines.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ from fakcore.protocol import (
     TokenChunk,
     ToolCall,
     encode,
+    encode_signed,
+    signed_ok,
     subjects,
 )
 from fakcore.settings import Settings
@@ -73,6 +77,8 @@ class GuardMetrics:
         self.quarantined = m.gauge("gateway_quarantined_blocks", "Blocks the context filter holds as quarantined")
         self.fallbacks = m.counter("gateway_barrier_fallbacks_total", "Requests resent because their worker did not hold")
         self.evictions = m.counter("gateway_evictions_seen_total", "Eviction receipts seen on fak.v1.kv.evicted", ("cause", "mode"))
+        self.unsigned = m.counter("gateway_unsigned_verdicts_total", "Adjudicator replies refused for a missing or bad signature "
+                                  "(FAK_VERDICT_KEY); each fails its request", ("kind",))
 
 
 def derive_session(messages: list[ChatMessage]) -> str:
@@ -109,9 +115,14 @@ class Guard:
 
     async def _ask(self, msg: AdjudicateCall | AdjudicateResult) -> Any:
         subject = subjects.ADJUDICATE_CALL if isinstance(msg, AdjudicateCall) else subjects.ADJUDICATE_RESULT
-        try:
-            reply = await bus.request(self.nc, subject, encode(msg), Decoders.adjudicator_reply,
-                                      timeout=self.settings.adjudicate_timeout_s)
+        payload, key = encode(msg), self.settings.verdict_key
+        try:  # a verdict must be signed for this very request (an error fails the request anyway)
+            reply = await bus.request(self.nc, subject, payload, Decoders.adjudicator_reply, timeout=self.settings.adjudicate_timeout_s,
+                                      accept=lambda r, raw: isinstance(r, GenerateError) or signed_ok(raw, key, subject, payload))
+        except bus.Rejected:
+            self.m.unsigned.labels("call" if isinstance(msg, AdjudicateCall) else "result").inc()
+            raise WireError("unavailable", "the adjudicator's verdict did not carry a valid signature, so the request "
+                                           "is refused") from None
         except bus.NoResponders:
             raise WireError("unavailable", "no adjudicator is running: tool calls and tool results cannot be judged, "
                                            "so the request is refused") from None
@@ -237,7 +248,8 @@ class Guard:
             raise
         self.m.barrier.observe(time.perf_counter() - t0)
         quarantined = [v.block for v in verdicts if v.verdict == "quarantine"]
-        await self.nc.publish(subjects.RELEASE, encode(Release(request_id=req.request_id, quarantined=quarantined)))
+        release = Release(request_id=req.request_id, quarantined=quarantined)
+        await self.nc.publish(subjects.RELEASE, encode_signed(release, self.settings.release_key, subjects.RELEASE))
         record["verdicts"] = [msgspec.to_builtins(v) for v in verdicts]
         if not quarantined or first.held:
             view = msgspec.structs.replace(req, messages=[msgspec.structs.replace(m) for m in req.messages])

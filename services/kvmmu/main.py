@@ -8,8 +8,9 @@
         -> receipts on fak.v1.kv.evicted, then ack (a failed worker: nak, retried)
 
 The consumer is durable: a verdict published while the kvmmu is down waits in the stream and is applied
-when it returns. Before consuming, the kvmmu asks every worker for its span maps (kv.sync) and listens a
-moment, so that a backlog of verdicts meets a complete map.
+when it returns. With FAK_VERDICT_KEY a verdict without the adjudicator's signature evicts nothing (it is
+logged, counted as `unsigned` and dropped from the consumer). Before consuming, the kvmmu asks every
+worker for its span maps (kv.sync) and listens a moment, so that a backlog of verdicts meets a complete map.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from fakcore.protocol import (
     KvEvictReply,
     KvSync,
     encode,
+    signed_ok,
     subjects,
 )
 from fakcore.service import Service, run_service
@@ -101,6 +103,11 @@ async def bootstrap(svc: Service) -> None:
 
     async def on_verdict(msg: Any) -> None:
         t0 = time.perf_counter()
+        if not signed_ok(msg.data, s.verdict_key, subjects.QUARANTINE):
+            log.error("quarantine verdict without a valid signature dropped (stream sequence %s)", msg.metadata.sequence.stream)
+            verdicts.labels("unsigned").inc()
+            await msg.term()
+            return
         try:
             verdict = Decoders.quarantine.decode(msg.data)
         except msgspec.DecodeError as exc:
@@ -150,12 +157,12 @@ async def consume(sub: Any, handle: Any) -> None:
     while True:
         try:
             batch = await sub.fetch(8, timeout=1.0)
-        except nats.errors.TimeoutError:
+        except TimeoutError:  # nats' (no verdict within the second) or asyncio's (its reply a moment late)
             continue
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
             return
         except Exception as exc:  # reconnecting: the durable consumer keeps our place
-            log.warning("verdict fetch: %s", exc)
+            log.warning("verdict fetch: %r", exc)
             await asyncio.sleep(0.5)
             continue
         for msg in batch:

@@ -9,7 +9,8 @@ KV memory (engine/kvmanager.py): the worker owns its caches. Span maps go to the
 kvmmu commands evictions on this worker's kv.evict and reads kv.stats; kv.sync asks for every map again.
 Verdict barrier: a request with `hold` is prefilled but not decoded until a Release (broadcast) names it;
 the quarantined blocks it lists are evicted (exact) from that request's cache first, receipts on
-kv.evicted. A Release that overtakes its request is kept for `hold_timeout_s`.
+kv.evicted. A Release that overtakes its request is kept for `hold_timeout_s`. With FAK_RELEASE_KEY a
+Release without the gateway's signature is ignored: the held request waits for the real one (or times out).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from fakcore.protocol import (
     TokenChunk,
     Usage,
     encode,
+    signed_ok,
     subjects,
 )
 from fakcore.service import Service
@@ -84,6 +86,8 @@ class EngineMetrics:
         self.kv_evicted_tokens = m.counter("engine_kv_evicted_tokens_total", "Cached tokens removed by evictions", ("model",))
         self.kv_recomputed = m.counter("engine_kv_recomputed_tokens_total", "Tokens recomputed by exact evictions", ("model",))
         self.kv_evict_seconds = m.histogram("engine_kv_eviction_seconds", "Time of one eviction (without verification)", ("model",))
+        self.unsigned = m.counter("engine_unsigned_releases_total", "Releases ignored for a missing or bad signature "
+                                  "(FAK_RELEASE_KEY)", ("model",))
 
     def kv_lookup(self, cached: int) -> None:
         self.kv_lookups.labels(self.model, "hit" if cached else "miss").inc()
@@ -262,6 +266,10 @@ class EngineWorker:
 
     # -- KV memory: the verdict barrier, kvmmu commands ------------------------------------------------
     async def _on_release(self, msg: Any) -> None:
+        if not signed_ok(msg.data, self.svc.settings.release_key, subjects.RELEASE):
+            log.error("a Release without a valid signature was ignored")
+            self.metrics.unsigned.labels(self.model.name).inc()
+            return
         try:
             rel = Decoders.release.decode(msg.data)
         except msgspec.DecodeError:

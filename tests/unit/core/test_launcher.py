@@ -254,3 +254,25 @@ def test_embedded_nats_restarts_on_its_port_with_its_streams(tmp_path):
         server.restart()
         assert server.alive() and server.url == url and server.proc.pid != old.pid
         assert asyncio.run(count(url)) == 1
+
+
+def test_a_locked_embedded_nats_keeps_its_secrets_private_and_across_restarts(tmp_path):
+    from fakcore.permissions import BusSecrets, render
+
+    with EmbeddedNats(data_dir=tmp_path, auth=True) as server:
+        first = server.secrets
+        assert (os.stat(server.auth_dir).st_mode & 0o777) == 0o700
+        assert all((os.stat(server.auth_dir / f).st_mode & 0o777) == 0o600 for f in ("nats.conf", "secrets.json"))
+
+        async def refused() -> None:
+            with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+                await nats.connect(server.url, allow_reconnect=False, connect_timeout=2)
+            nc = await nats.connect(server.url, user="admin", password=first.passwords["admin"])
+            await nc.close()
+
+        asyncio.run(refused())
+    with EmbeddedNats(data_dir=tmp_path, auth=True) as server:
+        assert server.secrets == first == BusSecrets.load(tmp_path / "auth")
+    assert "$FAK_NATS_ENGINE_PASSWORD" in render() and first.passwords["engine"] not in render()
+    assert first.settings_for("engine-cpu") == {"nats_user": "engine", "nats_password": first.passwords["engine"],
+                                                "nats_creds": "", "verdict_key": "", "release_key": first.release_key}

@@ -6,7 +6,7 @@ import pytest
 
 from fakcore.launcher import services_for
 from fakcore.routes import DEFAULT_UPSTREAM, RoutesError, RouteTable
-from fakcore.settings import Settings
+from fakcore.settings import Settings, SettingsError
 
 ROUTES = """
 upstreams:
@@ -68,5 +68,7 @@ def test_mistakes_are_errors_naming_what_is_wrong(tmp_path, text, match):
 def test_base_url_and_routes_together_are_refused(tmp_path):
     with pytest.raises(RoutesError, match="not both"):
         RouteTable.from_settings(Settings.load(env={}, routes=str(tmp_path / "r.yaml"), base_url="http://h"))
+    with pytest.raises(SettingsError, match="^upstream_wire=grpc: expected one of openai, anthropic"):
+        Settings.load(env={}, base_url="http://h", upstream_wire="grpc")  # a Literal: refused at load
     with pytest.raises(RoutesError, match="upstream-wire"):
-        RouteTable.from_settings(Settings.load(env={}, base_url="http://h", upstream_wire="grpc"))
+        RouteTable.load(base_url="http://h", upstream_wire="grpc")
