@@ -1,6 +1,7 @@
 """Run a benchmark: `python -m bench NAME [options]`.
 
     gateway    cold start of `fak up`, end-to-end latency of small completions
+    upstream   upstream mode: the latency fak adds over a direct upstream call, one tool result screened per request
     engine     fak's CPU engine vs llama.cpp and HF transformers (pp512, tg128, concurrent streams)
     kv         exact/shift eviction cost vs re-prefill; time to first token with a prefix hit vs cold
     screening  tool-result screening: TPR at 1% FPR, latency; gateway added latency
@@ -12,8 +13,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = {"gateway": "bench.gateway", "engine": "bench.engine", "kv": "bench.kv", "screening": "bench.screening",
-           "agentdojo": "bench.agentdojo_eval"}
+BENCHES = {"gateway": "bench.gateway", "upstream": "bench.upstream", "engine": "bench.engine", "kv": "bench.kv",
+           "screening": "bench.screening", "agentdojo": "bench.agentdojo_eval"}
 
 
 def main(argv: list[str]) -> int:
