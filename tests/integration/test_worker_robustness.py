@@ -57,8 +57,11 @@ def test_clean_then_poisoned_then_twenty_more(oai, topo):
     assert len(out) == 2
     more = [_call(oai, poisoned + [{"role": "user", "content": f"and now {i}?"}]) if i % 2 else _call(oai, poisoned)
             for i in range(20)]
-    evicted = wait_for(lambda: [r for r in audit(topo.gateway_url, kind="eviction") if r["tokens_after"] < r["tokens_before"]])
-    assert evicted, "the poisoned result was not evicted"
+    # evicted: its tokens removed, or (a Release that overtook the speculative prefill) dropped before any of
+    # them was computed
+    receipts = wait_for(lambda: [r for r in audit(topo.gateway_url, kind="eviction") if r["spans"]])
+    assert receipts and all(r["tokens_after"] < r["tokens_before"] or r["tokens_before"] <= r["spans"][0]["start"]
+                            for r in receipts), f"the poisoned result was not evicted: {receipts}"
     for r in [first, *out, *more]:
         assert r.choices[0].finish_reason in ("stop", "length")
         u = r.usage
