@@ -105,6 +105,7 @@ class GenerateRequest(Message, kw_only=True):
     session: str = ""  # optional session pinning (x-fak-session)
     deadline_ms: int = 0  # absolute unix time in ms after which the worker may drop the request
     hold: bool = False  # verdict barrier: the worker may prefill, but samples nothing before a Release
+    tenant: str = ""  # whose cached prefixes this request may reuse: the gateway's tenant id (API key id, cache salt)
 
 
 class Release(Message, kw_only=True):

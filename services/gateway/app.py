@@ -38,7 +38,7 @@ from fak_gateway.context_filter import AuditView, ContextFilter
 from fak_gateway.engines import Engines
 from fak_gateway.errors import WireError, wire_of
 from fak_gateway.guard import Guard, start_backend
-from fak_gateway.pipeline import Pipeline
+from fak_gateway.pipeline import CACHE_SALT_HEADER, Pipeline, tenant
 from fak_gateway.proxy import Proxied
 from fak_gateway.upstream import Upstreams
 from fakcore import bus
@@ -279,7 +279,7 @@ async def chat_completions(request: Request) -> Response | Stream:
         return await _proxied(state, request, "openai", "chat",
                               pipeline.proxied(route, upstream, req, _key_id(request)).openai(body, request.headers, r.stream))
     req = openai_wire.chat_to_bus(r, _session(request))
-    first, replies = await pipeline.start(req, route, request.headers, _key_id(request))
+    first, replies = await pipeline.start(req, route, request.headers, _key_id(request), r.cache_salt or "")
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))
         return _stream(state, "chat", "openai", openai_wire.chat_stream(req, first, replies, include_usage), _receipt_headers(first))
@@ -296,6 +296,7 @@ async def completions(request: Request) -> Response | Stream:
         raise WireError("invalid_request", f"model {r.model!r} is served by an upstream: raw-prompt completions are served "
                                            "in-kernel only; use /v1/chat/completions")
     req = openai_wire.completion_to_bus(r, _session(request))
+    req.tenant = tenant(_key_id(request), request.headers.get(CACHE_SALT_HEADER, ""))
     first, replies = await start_backend(pipeline.backend(route, request.headers), req)  # no tool results, no calls
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))

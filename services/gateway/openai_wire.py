@@ -95,6 +95,7 @@ class SamplingFields(msgspec.Struct, kw_only=True):
 
 class ChatRequest(SamplingFields, kw_only=True):
     messages: list[Message]
+    cache_salt: str | None = None  # vLLM's: a scope for prefix-cache reuse beyond the API key
     max_completion_tokens: int | None = None
     tools: list[Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None

@@ -12,6 +12,7 @@ tool calls come back.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -22,6 +23,14 @@ from fak_gateway.guard import Guard, start_backend
 from fak_gateway.upstream import Upstream, Upstreams
 from fakcore.protocol import Accepted, GenerateRequest
 from fakcore.routes import Route, RouteTable
+
+CACHE_SALT_HEADER = "x-fak-cache-salt"
+
+
+def tenant(key: str, salt: str = "") -> str:
+    """The KV-cache partition of a request: its API key's id, narrowed by a client's salt. The engine reuses
+    cached prefixes only within one partition, so `cached_tokens` never tells one key what another sent."""
+    return f"{key}:{hashlib.sha256(salt.encode()).hexdigest()[:16]}" if salt else key
 
 
 class Pipeline:
@@ -51,12 +60,14 @@ class Pipeline:
             return self.engines
         return proxy.translated(self.upstreams[route.upstream], route, headers)
 
-    async def start(self, req: GenerateRequest, route: Route, headers: Mapping[str, str],
-                    key: str) -> tuple[Accepted, AsyncIterator[Any]]:
-        """Through the guard (context filter, verdict barrier, call adjudication) to the route's backend."""
+    async def start(self, req: GenerateRequest, route: Route, headers: Mapping[str, str], key: str,
+                    salt: str = "") -> tuple[Accepted, AsyncIterator[Any]]:
+        """Through the guard (context filter, verdict barrier, call adjudication) to the route's backend.
+        `salt`: a client's cache scope (OpenAI-compatible `cache_salt`; the x-fak-cache-salt header wins)."""
         backend = self.backend(route, headers)
         if route.inkernel:
             req.model = route.target  # an alias names the served model
+            req.tenant = tenant(key, headers.get(CACHE_SALT_HEADER, "") or salt)
         if self.guard is None:
             return await start_backend(backend, req)
         return await self.guard.start(backend, req, key)

@@ -113,6 +113,7 @@ class Entry:
     id: str  # the sequence's name on the bus (KvSpans.sequence)
     cache: Any
     session: str = ""  # x-fak-session of the request that last used it: such entries are dropped last
+    tenant: str = ""  # whose prompts it holds: only that tenant's requests may reuse it (cached_tokens is an oracle)
     owner: Any = None  # the Sequence using it now; None: idle (reusable, droppable)
     used: float = 0.0  # monotonic time of the last use (LRU)
     prompt_len: int = 0  # how much of it was the last request's prompt (the rest it generated)
@@ -145,14 +146,15 @@ class KVPool:
 
     # -- requests ------------------------------------------------------------------------------------
     def acquire(self, seq: Any) -> None:
-        """Give `seq` its cache, reusing the longest cached prefix of its prompt (any session's)."""
+        """Give `seq` its cache, reusing the longest cached prefix of its prompt (any session's of its own
+        tenant: another tenant's cached prefix would tell, through cached_tokens, what that tenant sent)."""
         if seq.cache is not None:
             return
-        session = seq.request.session
+        session, tenant = seq.request.session, seq.request.tenant
         limit = len(seq.prompt) - 1  # the last prompt token is always computed: it yields the first logits
         # the longest shared prefix; on a tie the session's own sequence, then an idle one, then the newest
         candidates = [((n, bool(session) and e.session == session, e.owner is None, e.used), e)
-                      for e in self.entries.values() if (n := common_prefix(e.cache.tokens, seq.prompt, limit))]
+                      for e in self.entries.values() if e.tenant == tenant and (n := common_prefix(e.cache.tokens, seq.prompt, limit))]
         rank, best = max(candidates, key=lambda c: c[0], default=((0,), None))
         best_len = rank[0]
         self.lookups += 1
@@ -174,7 +176,7 @@ class KVPool:
         else:
             best_len = 0
             entry = self._new_entry()
-        entry.owner, entry.session, entry.used = seq, session, time.monotonic()
+        entry.owner, entry.session, entry.tenant, entry.used = seq, session, tenant, time.monotonic()
         entry.cache.reserve(len(seq.prompt) + min(seq.request.sampling.max_tokens, RESERVE_DECODE))  # grow once, not by doubling
         entry.cache.spans = [SpanEntry(s.block, s.start, s.end) for s in getattr(seq, "spans", [])]
         seq.cache, seq.cached_tokens = entry.cache, best_len

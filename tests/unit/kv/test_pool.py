@@ -219,3 +219,19 @@ def test_the_queue_limit_holds_for_a_burst_between_two_steps(m):
     with pytest.raises(Overloaded, match="room for 2 \\+ 3"):
         sched.submit(sequence(m, conversation("r5")))
     assert sched.load == (0, 5)
+
+
+def test_cached_prefixes_are_reused_only_within_a_tenant(m):
+    """cached_tokens would tell tenant B how much of its prompt tenant A sent before: no reuse across tenants."""
+    import msgspec
+
+    run = Run(m)
+    a = conversation("a", session="s")
+    run.submit(sequence(m, msgspec.structs.replace(a, tenant="kA")))
+    run.until_idle()
+    other = run.submit(sequence(m, msgspec.structs.replace(conversation("b"), tenant="kB")))
+    run.until_idle()
+    same = run.submit(sequence(m, msgspec.structs.replace(conversation("c"), tenant="kA")))
+    run.until_idle()
+    assert other.cached_tokens == 0 and same.cached_tokens > 100
+    assert {e.tenant for e in run.pool.entries.values()} == {"kA", "kB"}
