@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fakcore.models.sources import cache_dir
-from fakcore.natsd import EmbeddedNats
+from fakcore.natsd import EmbeddedNats, die_with_parent
 from fakcore.permissions import BusSecrets
 from fakcore.routes import RoutesError, RouteTable
 from fakcore.settings import Settings
@@ -147,7 +147,7 @@ class Topology:
         try:
             return subprocess.Popen([sys.executable, "-m", "fakcore.cli", "serve", service], env=env,
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=die_with_parent)  # never an orphan
         finally:
             if out:
                 out.close()
@@ -309,8 +309,8 @@ def up(settings: Settings, workers: int = 1) -> int:
         nonlocal stopping
         stopping = True
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a closed terminal stops the stack cleanly too
+        signal.signal(sig, on_signal)
     try:
         topo.start()
     except StartupError as exc:

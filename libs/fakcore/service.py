@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -32,6 +33,9 @@ from fakcore.protocol import Heartbeat, encode, subjects
 from fakcore.settings import Settings
 
 log = logging.getLogger("fak.service")
+
+DRAIN_S = 2.0  # the longest a stopping service waits for in-flight bus messages (normally milliseconds)
+SHUTDOWN_S = 4.0  # the longest a stopping service takes, bus or not (then it exits hard, status 70)
 
 
 def setup_logging(level: str, name: str) -> None:
@@ -119,30 +123,54 @@ async def run_service(name: str, settings: Settings, bootstrap: Callable[[Servic
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
-    async with AsyncExitStack() as stack:
-        nc = await bus.connect(settings, name)
-        stack.push_async_callback(_drain, nc)
-        svc = Service(name=name, settings=settings, nc=nc, metrics=Metrics(name), stack=stack, stop=stop,
-                      instance=instance_name(name), loop=loop)
-        if metrics_server:
-            server = MetricsServer(svc.metrics, svc.health)
-            svc.metrics_url = await server.start(settings.metrics_host, settings.metrics_port)
-            stack.push_async_callback(server.stop)
-            log.info("%s: metrics and health on %s", name, svc.metrics_url)
-        await bootstrap(svc)
-        svc.supervise(_heartbeat(svc), "the heartbeat")
-        log.info("%s: ready (%s)", name, svc.instance)
-        await stop.wait()
-        log.info("%s: stopping%s", name, f" ({svc.failure})" if svc.failure else "")
-    log.info("%s: stopped", name)
-    return 1 if svc.failure else 0
+    watchdog: threading.Timer | None = None  # armed once stopping begins
+    try:
+        async with AsyncExitStack() as stack:
+            nc = await bus.connect(settings, name)
+            stack.push_async_callback(_drain, nc)
+            svc = Service(name=name, settings=settings, nc=nc, metrics=Metrics(name), stack=stack, stop=stop,
+                          instance=instance_name(name), loop=loop)
+            if metrics_server:
+                server = MetricsServer(svc.metrics, svc.health)
+                svc.metrics_url = await server.start(settings.metrics_host, settings.metrics_port)
+                stack.push_async_callback(server.stop)
+                log.info("%s: metrics and health on %s", name, svc.metrics_url)
+            await bootstrap(svc)
+            svc.supervise(_heartbeat(svc), "the heartbeat")
+            log.info("%s: ready (%s)", name, svc.instance)
+            await stop.wait()
+            log.info("%s: stopping%s", name, f" ({svc.failure})" if svc.failure else "")
+            watchdog = _exit_watchdog(name)
+        log.info("%s: stopped", name)
+        return 1 if svc.failure else 0
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()  # stopped in time
 
 
 async def _drain(nc: NATS) -> None:
+    """Deliver what is in flight, then close; with the server gone there is nothing to deliver: close now."""
     try:
-        await asyncio.wait_for(nc.drain(), timeout=10)
-    except Exception as exc:  # already closed, or the server is gone: nothing more to deliver
+        if nc.is_connected:
+            await asyncio.wait_for(nc.drain(), timeout=DRAIN_S)
+        else:
+            await asyncio.wait_for(nc.close(), timeout=1.0)
+    except Exception as exc:  # already closed, or the server went away meanwhile
         log.debug("drain: %s", exc)
+
+
+def _exit_watchdog(name: str) -> threading.Timer:
+    """Stopping must end within SHUTDOWN_S whatever the state of the bus: past it, exit hard. The caller
+    cancels the timer once the service has stopped."""
+    def expire() -> None:
+        log.error("%s: shutdown took longer than %gs; exiting now", name, SHUTDOWN_S)
+        logging.shutdown()
+        os._exit(70)
+
+    timer = threading.Timer(SHUTDOWN_S, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 async def _heartbeat(svc: Service) -> None:

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -246,3 +247,24 @@ def test_a_quarantine_outlives_a_restart_of_fak_up(tmp_path):
         context = get(f"{up.url}/v1/fak/requests/{again.id}", ADMIN)
         assert context["screened"] == [] and len(context["placeholders"]) == 1  # known: filtered from the cache
         assert MARKER not in json.dumps(context["messages"])
+
+
+# -- the launcher's own death: nothing is orphaned ----------------------------------------------------------
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGHUP])
+def test_no_process_outlives_the_launcher(tmp_path, how):
+    """SIGKILL (the kernel's PR_SET_PDEATHSIG takes the children down) or SIGHUP (a closed terminal: a clean
+    stop) of `fak up`: within 5 s no process of the topology is alive and the gateway's port is free."""
+    up = FakUp(tmp_path / "up.log", FAK_CACHE_DIR=str(tmp_path / "cache"), FAK_DATA_DIR="temp")
+    try:
+        up.start()
+        assert len(up.processes()) >= 5  # fak up, nats-server, adjudicator, kvmmu, engine-cpu, gateway
+        up.proc.send_signal(how)
+        t0 = time.monotonic()
+        assert wait_for(lambda: not up.processes(), timeout=5), f"left running: {up.processes()}"
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server would: TIME_WAIT may linger
+            s.bind(("127.0.0.1", up.port))  # the port is free for the next gateway
+            s.listen()
+        assert time.monotonic() - t0 < 5.0
+    finally:
+        up.kill_all()
