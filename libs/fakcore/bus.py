@@ -47,6 +47,19 @@ class PeerLost(Exception):
     """The peer answering a streamed request is gone (the caller's `lost()` said why, in the message)."""
 
 
+class TooLarge(Exception):
+    """The message is larger than the server's max_payload: it cannot be sent as one NATS message."""
+
+    def __init__(self, subject: str, size: int, limit: int):
+        super().__init__(f"a {size}-byte message on {subject} exceeds the bus's {limit}-byte message limit")
+        self.size, self.limit = size, limit
+
+
+def _check_size(nc: NATS, subject: str, payload: bytes) -> None:
+    if len(payload) > nc.max_payload:
+        raise TooLarge(subject, len(payload), nc.max_payload)
+
+
 async def connect(settings: Settings, name: str, *, connect_timeout: float = 5.0) -> NATS:
     """Connect with reconnect-forever and logging callbacks; raise if the first connect fails."""
     if not settings.nats_servers:
@@ -106,6 +119,7 @@ async def stream_request(
     `check_every` asks it whether the peer is still there: a non-empty answer raises PeerLost with it, so
     a dead peer fails the stream in seconds rather than after the idle timeout.
     """
+    _check_size(nc, subject, payload)
     inbox = nc.new_inbox()
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -152,6 +166,7 @@ async def request(nc: NATS, subject: str, payload: bytes, decoder: msgspec.msgpa
                   accept: Callable[[Any, bytes], bool] | None = None) -> Any:
     """One request, one decoded reply; NoResponders / BusTimeout as for stream_request. With `accept`, a
     reply it refuses (given the decoded reply and its bytes) raises Rejected."""
+    _check_size(nc, subject, payload)
     try:
         msg = await nc.request(subject, payload, timeout=timeout)
     except nats.errors.NoRespondersError:

@@ -388,6 +388,12 @@ def on_wire_error(request: Request, exc: WireError) -> Response:
     return _error_response(request, exc)
 
 
+def on_too_large(request: Request, exc: bus.TooLarge) -> Response:
+    """A request (or one tool result) too big for one bus message: the client's 413, not a 5xx."""
+    return _error_response(request, WireError("too_large", f"the request is {exc.size} bytes on the bus, above its "
+                                                           f"{exc.limit}-byte message limit; send less context"))
+
+
 def on_http_error(request: Request, exc: HTTPException) -> Response:
     kinds = {400: "invalid_request", 401: "authentication", 403: "permission", 404: "not_found", 405: "invalid_request",
              413: "too_large", 429: "rate_limit"}
@@ -479,7 +485,8 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
                         audit_log, request_context],
         lifespan=[lifespan],
         before_request=authenticate,
-        exception_handlers={WireError: on_wire_error, HTTPException: on_http_error, Exception: on_unexpected},
+        exception_handlers={WireError: on_wire_error, bus.TooLarge: on_too_large, HTTPException: on_http_error,
+                            Exception: on_unexpected},
         request_max_body_size=settings.max_body_bytes,
         middleware=[CountRequests()],
         debug=False,

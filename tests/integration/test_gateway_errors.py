@@ -71,6 +71,28 @@ def test_oversize_body_is_413_in_wire_shape(http, topology):
     assert r.json()["error"]["type"] == "request_too_large"
 
 
+def test_a_body_above_the_bus_message_limit_is_413_not_5xx(http, topology):
+    """Under the body limit (4 MiB) but above one NATS message (1 MiB): refused in the wire's shape, whether
+    the big part is a prompt (to the engine), a tool result (to the adjudicator) or a count."""
+    text = "y" * (1536 * 1024)
+    assert len(text) < topology.settings.max_body_bytes
+    cases = [
+        ("/v1/chat/completions", {"model": "synthetic", "max_tokens": 1, "messages": [{"role": "user", "content": text}]}),
+        ("/v1/chat/completions", {"model": "synthetic", "max_tokens": 1, "messages": [
+            {"role": "user", "content": "read it"},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": text}]}),
+        ("/v1/messages", {"model": "synthetic", "max_tokens": 1, "stream": True, "messages": [{"role": "user", "content": text}]}),
+        ("/v1/messages/count_tokens", {"model": "synthetic", "messages": [{"role": "user", "content": text}]}),
+    ]
+    for path, body in cases:
+        r = http.post(path, json=body)
+        assert r.status_code == 413, (path, r.status_code, r.text[:300])
+        err = r.json()["error"]
+        assert "message limit" in err["message"]
+        assert err["type"] == ("request_too_large" if path.startswith("/v1/messages") else "invalid_request_error")
+
+
 def test_no_worker_is_503_fast(topology):
     client = openai.OpenAI(base_url=topology.gateway_url + "/v1", api_key="x", max_retries=0)
     t0 = time.monotonic()
