@@ -41,6 +41,8 @@ class FakeJS:
 class FakeNC:
     """Answers adjudicate.* like the adjudicator would; records what is published."""
 
+    max_payload = 1 << 20  # as a nats-server's default INFO announces
+
     def __init__(self):
         self.published: list[tuple[str, object]] = []
         self.asked: list[object] = []
