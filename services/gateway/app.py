@@ -102,10 +102,6 @@ def authenticate(request: Request) -> None:
         raise WireError("authentication", "invalid or missing API key")
 
 
-async def _body(request: Request) -> bytes:
-    return await request.body()
-
-
 def _api_key(request: Request) -> str:
     auth = request.headers.get("authorization", "")
     return auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
@@ -269,7 +265,7 @@ def list_models(request: Request) -> Response:
 
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request) -> Response | Stream:
-    state, body = _state(request), await _body(request)
+    state, body = _state(request), await request.body()
     r = openai_wire.decode(body, openai_wire.ChatRequest)
     pipeline = _pipeline(state)
     route = pipeline.route(r.model)
@@ -289,7 +285,7 @@ async def chat_completions(request: Request) -> Response | Stream:
 @post("/v1/completions", status_code=200)
 async def completions(request: Request) -> Response | Stream:
     state = _state(request)
-    r = openai_wire.decode(await _body(request), openai_wire.CompletionRequest)
+    r = openai_wire.decode(await request.body(), openai_wire.CompletionRequest)
     pipeline = _pipeline(state)
     route = pipeline.route(r.model)
     if not route.inkernel:
@@ -307,7 +303,7 @@ async def completions(request: Request) -> Response | Stream:
 
 @post("/v1/messages", status_code=200)
 async def messages(request: Request) -> Response | Stream:
-    state, body = _state(request), await _body(request)
+    state, body = _state(request), await request.body()
     r = anthropic_wire.decode_messages(body)
     pipeline = _pipeline(state)
     route = pipeline.route(r.model)
@@ -329,7 +325,7 @@ async def messages(request: Request) -> Response | Stream:
 
 @post("/v1/messages/count_tokens", status_code=200)
 async def count_tokens(request: Request) -> Response | Stream:
-    state, body = _state(request), await _body(request)
+    state, body = _state(request), await request.body()
     r = anthropic_wire.decode_count(body)
     pipeline = _pipeline(state)
     route = pipeline.route(r.model)

@@ -20,6 +20,7 @@ from fak_gateway import proxy
 from fak_gateway.engines import Engines
 from fak_gateway.errors import WireError
 from fak_gateway.guard import Guard, start_backend
+from fak_gateway.translate import Translated
 from fak_gateway.upstream import Upstream, Upstreams
 from fakcore.protocol import Accepted, GenerateRequest
 from fakcore.routes import Route, RouteTable
@@ -58,7 +59,7 @@ class Pipeline:
             if self.engines is None:
                 raise WireError("unavailable", "the gateway has no bus connection to the engines")
             return self.engines
-        return proxy.translated(self.upstreams[route.upstream], route, headers)
+        return Translated(self.upstreams[route.upstream], route.target, headers)
 
     async def start(self, req: GenerateRequest, route: Route, headers: Mapping[str, str], key: str,
                     salt: str = "") -> tuple[Accepted, AsyncIterator[Any]]:

@@ -20,7 +20,6 @@ from typing import Any
 
 from fak_gateway import passthrough
 from fak_gateway.guard import Guard
-from fak_gateway.translate import Translated
 from fak_gateway.upstream import Upstream
 from fakcore.protocol import GenerateRequest, ToolCall
 from fakcore.routes import Route
@@ -119,7 +118,3 @@ async def count_tokens(upstream: Upstream, route: Route, body: bytes, headers: M
     out, _, _ = passthrough.redact_anthropic(body, lookup, route.target if route.target != route.model else None)
     async with upstream.open("count_tokens", out, upstream.headers(headers, same_wire=True), query) as response:
         return Proxied(response.status_code, returned_headers(response.headers), body=await upstream.read(response))
-
-
-def translated(upstream: Upstream, route: Route, headers: Mapping[str, str]) -> Translated:
-    return Translated(upstream, route.target, headers)
