@@ -18,8 +18,9 @@ MAX_RECORDS = 5_000_000
 MAX_AGE_S = 90 * 24 * 3600
 
 
-async def ensure_audit_stream(nc: Any) -> Any:
-    """Create (or update) the audit stream; returns the JetStream context."""
+async def ensure_audit_stream(nc: Any, replicas: int | None = None) -> Any:
+    """Create (or update) the audit stream (FAK_STREAM_REPLICAS replicas, bus.ensure_stream); returns the
+    JetStream context."""
     return await ensure_stream(nc, StreamConfig(name=subjects.AUDIT_STREAM, subjects=["fak.v1.audit.>"],
                                                 retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
-                                                max_msgs=MAX_RECORDS, max_age=MAX_AGE_S))
+                                                max_msgs=MAX_RECORDS, max_age=MAX_AGE_S), replicas)

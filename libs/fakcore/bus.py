@@ -6,13 +6,26 @@ that no in-flight message is lost. A streamed request fails fast when nobody is 
 
 A connection with a user name (FAK_NATS_USER: one per service, permissions.py) puts its reply inboxes under
 `_INBOX.<user>`, the only inboxes that user may subscribe to, so no service reads another's replies.
+
+TLS (FAK_NATS_TLS_CA, a client certificate, or a tls:// URL): the client opens every connection with the
+TLS handshake, before the server has said a word (nats-py's tls_handshake_first; the server's `tls` block
+needs `handshake_first`), and verifies the server's certificate and name. nats-py's usual upgrade happens
+only when the server's plaintext INFO asks for it, so a plaintext server, or anyone in between, could keep
+the connection, the password with it, in the clear; a TLS-first client has nothing to fall back to.
+
+Every stream fak creates gets FAK_STREAM_REPLICAS replicas: the connection remembers the settings it was
+made with, so `ensure_streams(nc)` needs nothing more from its caller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import ssl
+import weakref
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -25,6 +38,7 @@ from fakcore.protocol import subjects
 from fakcore.settings import Settings
 
 log = logging.getLogger("fak.bus")
+_replicas: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary()  # connection -> FAK_STREAM_REPLICAS
 
 
 class NoResponders(Exception):
@@ -60,12 +74,36 @@ def _check_size(nc: NATS, subject: str, payload: bytes) -> None:
         raise TooLarge(subject, len(payload), nc.max_payload)
 
 
+def tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """The client side of the bus's TLS: verify the server with FAK_NATS_TLS_CA (else the system's CAs),
+    present FAK_NATS_TLS_CERT where set. None when TLS is off. A file that does not hold what it should is a
+    ConnectionError naming its setting."""
+    if not settings.nats_tls:
+        return None
+    ca = settings.nats_tls_ca
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(Path(ca).expanduser()) if ca else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConnectionError(f"FAK_NATS_TLS_CA={ca}: not a CA bundle in PEM ({exc})") from exc
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if settings.nats_tls_cert:
+        try:
+            context.load_cert_chain(Path(settings.nats_tls_cert).expanduser(), Path(settings.nats_tls_key).expanduser())
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectionError(f"FAK_NATS_TLS_CERT={settings.nats_tls_cert}, FAK_NATS_TLS_KEY={settings.nats_tls_key}: "
+                                  f"not a certificate and its key in PEM ({exc})") from exc
+    return context
+
+
 async def connect(settings: Settings, name: str, *, connect_timeout: float = 5.0) -> NATS:
-    """Connect with reconnect-forever and logging callbacks; raise if the first connect fails."""
+    """Connect with reconnect-forever and logging callbacks; raise ConnectionError (with the last error the
+    client saw: a refused certificate, bad credentials) if the first connect fails."""
     if not settings.nats_servers:
         raise ConnectionError("no NATS server configured: set FAK_NATS_URL (or run `fak up`, which starts one)")
+    last_error: list[Exception] = []
 
     async def on_error(exc: Exception) -> None:
+        last_error[:] = [exc]
         log.warning("%s: nats error: %s", name, exc)
 
     async def on_disconnect() -> None:
@@ -92,8 +130,25 @@ async def connect(settings: Settings, name: str, *, connect_timeout: float = 5.0
         options["user"] = settings.nats_user
         options["password"] = settings.nats_password
         options["inbox_prefix"] = inbox_prefix(settings.nats_user)
+    tls = tls_context(settings)
+    if tls is not None:
+        options.update(tls=tls, tls_handshake_first=True)  # TLS before anything else: no plaintext fallback
     # The first connection must succeed within connect_timeout: a service should not start half-alive.
-    return await asyncio.wait_for(nats.connect(**options), timeout=connect_timeout + 1)
+    try:
+        nc = await asyncio.wait_for(nats.connect(**options), timeout=connect_timeout + 1)
+    except (TimeoutError, OSError, nats.errors.Error) as exc:
+        cause = last_error[0] if last_error else exc
+        raise ConnectionError(f"{name}: cannot connect to NATS at {settings.nats_url}: {_explain(cause, tls is not None)}") from exc
+    _replicas[nc] = settings.stream_replicas
+    return nc
+
+
+def _explain(exc: Exception, tls: bool) -> str:
+    text = str(exc) or type(exc).__name__
+    if tls and isinstance(exc, ssl.SSLError) and "WRONG_VERSION_NUMBER" in text:
+        return (f"{text}: the server answered the TLS handshake in plaintext (no TLS, or no `handshake_first` "
+                "in its tls block; deploy/README.md, TLS)")
+    return text
 
 
 def _is_no_responders(msg: Any) -> bool:
@@ -179,9 +234,15 @@ async def request(nc: NATS, subject: str, payload: bytes, decoder: msgspec.msgpa
     return reply
 
 
-async def ensure_stream(nc: NATS, config: StreamConfig) -> Any:
-    """Create (or update) a JetStream stream; returns the JetStream context. Retries while a fresh server's
-    JetStream is still starting, then fails clearly."""
+def stream_replicas(nc: NATS) -> int:
+    """FAK_STREAM_REPLICAS of the settings `nc` was connected with (bus.connect); 1 for another connection."""
+    return _replicas.get(nc, 1)
+
+
+async def ensure_stream(nc: NATS, config: StreamConfig, replicas: int | None = None) -> Any:
+    """Create (or update) a JetStream stream with `replicas` replicas (default: stream_replicas(nc)); returns
+    the JetStream context. Retries while a fresh server's JetStream is still starting, then fails clearly."""
+    config = dataclasses.replace(config, num_replicas=replicas or stream_replicas(nc))
     js = nc.jetstream()
     for attempt in range(20):
         try:
@@ -199,7 +260,7 @@ async def ensure_stream(nc: NATS, config: StreamConfig) -> Any:
     raise ConnectionError("JetStream is not available on the NATS server (start it with -js)")
 
 
-async def ensure_streams(nc: NATS) -> Any:
+async def ensure_streams(nc: NATS, replicas: int | None = None) -> Any:
     """The stream holding quarantine verdicts; returns the JetStream context."""
     return await ensure_stream(nc, StreamConfig(
         name=subjects.VERDICT_STREAM,
@@ -208,4 +269,4 @@ async def ensure_streams(nc: NATS) -> Any:
         storage=StorageType.FILE,
         max_age=30 * 24 * 3600,
         duplicate_window=120,
-    ))
+    ), replicas)

@@ -17,6 +17,12 @@ with that user's permissions, and holds only the signing keys its service needs 
 handed over in its environment, never on its command line; `fak up` itself is `admin`. With FAK_NATS_URL
 the children use the credentials and keys configured.
 
+TLS: with FAK_NATS_TLS_SERVER_CERT/_KEY the embedded server requires TLS (natsd.ServerTLS) and the children
+connect to its tls:// URL, verifying it with FAK_NATS_TLS_CA; with FAK_NATS_TLS_CERT/_KEY as well, the
+server requires client certificates signed by that CA and every child presents that one. With FAK_NATS_URL
+the children use the TLS settings as given. The embedded server is one node: FAK_STREAM_REPLICAS above 1
+needs a cluster, and is refused here.
+
 The same `Topology` class starts the processes for the integration tests.
 """
 
@@ -35,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fakcore.models.sources import cache_dir
-from fakcore.natsd import EmbeddedNats, die_with_parent
+from fakcore.natsd import EmbeddedNats, ServerTLS, die_with_parent
 from fakcore.permissions import BusSecrets
 from fakcore.routes import RoutesError, RouteTable
 from fakcore.settings import Settings
@@ -105,14 +111,16 @@ class Topology:
     # -- start / stop ---------------------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> Topology:
         t0 = time.monotonic()
+        tls = embedded_tls(self.settings)
         if not self.settings.nats_url:
-            server = EmbeddedNats(data_dir=data_dir(self.settings), port=self.settings.nats_port, auth=self.auth)
+            server = EmbeddedNats(data_dir=data_dir(self.settings), port=self.settings.nats_port, auth=self.auth, tls=tls)
             try:
                 self.nats = server.start()
             except (OSError, RuntimeError) as exc:  # taken data dir, no binary, a server that does not come up
                 raise StartupError(str(exc)) from exc
             self.nats_backoff = Backoff(started=time.monotonic())
-            self.settings = self.settings.replace(nats_url=self.nats.url)
+            # the children need the server's URL (tls:// with TLS), not its certificate's key
+            self.settings = self.settings.replace(nats_url=self.nats.url, nats_tls_server_cert="", nats_tls_server_key="")
             if self.nats.secrets is not None:  # keys set in the configuration win over the generated ones
                 s = self.settings
                 self.secrets = replace(self.nats.secrets, verdict_key=s.verdict_key or self.nats.secrets.verdict_key,
@@ -208,7 +216,10 @@ class Topology:
         """Every service heard on the bus, then the gateway's /healthz says ok."""
         wanted = {s for s in self.services if s != "engine-cpu"}
         engines = self.workers if "engine-cpu" in self.services else 0
-        asyncio.run(self._wait_bus(wanted, engines, timeout))
+        try:
+            asyncio.run(self._wait_bus(wanted, engines, timeout))
+        except ConnectionError as exc:  # e.g. a server certificate the CA does not verify
+            raise StartupError(str(exc)) from exc
         if "gateway" in self.services:
             deadline = time.monotonic() + max(5.0, timeout)
             while not self.health_ok():
@@ -269,6 +280,30 @@ class Topology:
 
     def health_ok(self) -> bool:
         return bool(self.health().get("ok"))
+
+
+def embedded_tls(settings: Settings) -> ServerTLS | None:
+    """The TLS of the embedded nats-server, from the settings; StartupError for a combination that cannot
+    work (checked before anything starts): the client's files are read here too (bus.tls_context)."""
+    from fakcore import bus
+
+    s = settings
+    if s.nats_url and s.nats_tls_server_cert:
+        raise StartupError("FAK_NATS_TLS_SERVER_CERT is the certificate of the embedded nats-server, and with "
+                           "FAK_NATS_URL set `fak up` starts none: configure TLS on that server instead")
+    if not s.nats_url and s.stream_replicas > 1:
+        raise StartupError(f"FAK_STREAM_REPLICAS={s.stream_replicas}: the embedded nats-server is one node; "
+                           "replicas need a JetStream cluster (FAK_NATS_URL)")
+    if s.nats_tls_server_cert and s.nats_tls_cert and not s.nats_tls_ca:
+        raise StartupError("FAK_NATS_TLS_CERT with FAK_NATS_TLS_SERVER_CERT: the embedded nats-server verifies "
+                           "client certificates with FAK_NATS_TLS_CA, which is not set")
+    try:
+        bus.tls_context(s)
+    except ConnectionError as exc:
+        raise StartupError(str(exc)) from exc
+    if not s.nats_tls_server_cert or s.nats_url:
+        return None
+    return ServerTLS(s.nats_tls_server_cert, s.nats_tls_server_key, ca_file=s.nats_tls_ca if s.nats_tls_cert else "")
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:

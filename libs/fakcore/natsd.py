@@ -14,6 +14,11 @@ With `auth` the bus is closed to anyone without a service's credentials: the ser
 `<data dir>/auth/nats.conf`, the users and permissions of permissions.py, and the passwords (and the
 signing keys, which the launcher hands out) are generated once into `<data dir>/auth/secrets.json`; the
 dir is 0700, the files 0600, and `secrets` holds them while the server runs.
+
+With `tls` (ServerTLS: `fak up` fills it from FAK_NATS_TLS_SERVER_CERT/_KEY) the same configuration gets a
+`tls` block: the server requires TLS of every client, takes the handshake first (fak's clients send it
+before anything else, bus.py), and with a `ca_file` requires client certificates that CA signed. Its URL
+is then tls://.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from fakcore.permissions import BusSecrets, private_dir, render, write_private
@@ -38,6 +44,27 @@ AUTH_DIR = "auth"  # under the data dir: the server's configuration and the bus 
 
 class DataDirInUse(RuntimeError):
     """Another embedded nats-server (another `fak up`) holds the data dir."""
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """The embedded server's TLS: its certificate and key (PEM); with `ca_file`, also client verification."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str = ""  # set: every client must present a certificate this CA signed (verify: true)
+    handshake_first: str = "300ms"  # TLS-first clients (fak's) start at once; others get INFO after this long
+
+    def render(self) -> str:
+        """The `tls` block of a nats-server configuration."""
+        def path(p: str) -> str:
+            return json.dumps(str(Path(p).expanduser().resolve()))
+
+        lines = [f"  cert_file: {path(self.cert_file)}", f"  key_file: {path(self.key_file)}",
+                 f"  handshake_first: {self.handshake_first}", "  timeout: 2"]
+        if self.ca_file:
+            lines += [f"  ca_file: {path(self.ca_file)}", "  verify: true"]
+        return "tls {\n" + "\n".join(lines) + "\n}\n"
 
 
 def server_binary() -> str:
@@ -74,7 +101,7 @@ class EmbeddedNats:
     A data dir given is kept on stop(); without one the server runs in a temporary dir removed on stop()."""
 
     def __init__(self, data_dir: str | os.PathLike | None = None, port: int = 0, host: str = "127.0.0.1",
-                 log_file: str | os.PathLike | None = None, auth: bool = False):
+                 log_file: str | os.PathLike | None = None, auth: bool = False, tls: ServerTLS | None = None):
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="fak-nats-"))
         self.port = port
@@ -84,7 +111,9 @@ class EmbeddedNats:
         self.url = ""
         self._lock_fd: int | None = None
         self.auth = auth
+        self.tls = tls
         self.secrets: BusSecrets | None = None  # with auth: the passwords and signing keys of this data dir
+        self._config: Path | None = None  # the configuration file written for auth and TLS
 
     @property
     def auth_dir(self) -> Path:
@@ -94,7 +123,7 @@ class EmbeddedNats:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._lock()
-            if self.auth:
+            if self.auth or self.tls:
                 self._configure()
             self._launch(timeout)
         except BaseException:
@@ -144,9 +173,16 @@ class EmbeddedNats:
         self._lock_fd = fd
 
     def _configure(self) -> None:
-        """The secrets of the data dir (made on first use) and a server configuration rendered from them."""
-        self.secrets = BusSecrets.load_or_create(private_dir(self.auth_dir))
-        write_private(self.auth_dir / "nats.conf", render(self.secrets.passwords))
+        """The server's configuration: with auth, the secrets of the data dir (made on first use) rendered
+        into its users; with TLS, its `tls` block."""
+        text = ""
+        if self.auth:
+            self.secrets = BusSecrets.load_or_create(private_dir(self.auth_dir))
+            text += render(self.secrets.passwords)
+        if self.tls:
+            text += self.tls.render()
+        self._config = private_dir(self.auth_dir) / "nats.conf"
+        write_private(self._config, text)
 
     def _launch(self, timeout: float) -> None:
         # The ports dir is ours alone while we hold the lock: clear what a killed server left in it.
@@ -155,8 +191,8 @@ class EmbeddedNats:
         ports_dir.mkdir()
         cmd = [server_binary(), "-a", self.host, "-p", str(self.port or -1), "-js", "-sd", str(self.data_dir / "js"),
                "--ports_file_dir", str(ports_dir)]
-        if self.secrets is not None:
-            cmd += ["-c", str(self.auth_dir / "nats.conf")]
+        if self._config is not None:
+            cmd += ["-c", str(self._config)]
         log = open(self.log_file, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True, pass_fds=() if self._lock_fd is None else (self._lock_fd,),

@@ -6,9 +6,10 @@ flag (`--<field-with-dashes>`). The README's configuration table is generated fr
 test keeps the two in step.
 
 Strict on purpose: a value that does not read as its type (a choice outside its `Literal`, a boolean other than
-true/false/1/0/yes/no/on/off, a number or size that does not parse) and a `FAK_*` variable that is no
-setting fail `Settings.load` with one line naming the variable or flag, the value and the choices, so a typo
-never quietly turns screening off. `fak up` reports it and exits 2 before it starts any process.
+true/false/1/0/yes/no/on/off, a number or size that does not parse or is out of its range), a TLS file that
+cannot be read or a certificate without its key, and a `FAK_*` variable that is no setting fail
+`Settings.load` with one line naming the variable or flag, the value and the choices, so a typo never
+quietly turns screening off. `fak up` reports it and exits 2 before it starts any process.
 
 Secrets (the fields in SECRETS: API and admin keys, the NATS password, signing keys) travel to child processes only in the environment, never on
 a command line, and never appear in a repr or a log line; keys may come from files (`api_keys_file`).
@@ -53,11 +54,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     data_dir: Annotated[str, _doc("Where the embedded nats-server keeps its JetStream data (quarantine verdicts, the audit log) across restarts; one `fak up` at a time per dir. Empty: `<cache_dir>/data`; `temp`: a temporary dir removed on stop.")] = ""
     verdict_key: Annotated[str, _doc("HMAC-SHA256 key of verdicts: the adjudicator signs its verdicts with it; a gateway or kvmmu that has it refuses unsigned or badly signed ones (fail closed). `fak up` generates one per data dir for its embedded nats-server. Empty: verdicts are not signed or checked.")] = ""
     release_key: Annotated[str, _doc("HMAC-SHA256 key of Releases (the verdict barrier): the gateway signs them; an engine that has it ignores unsigned or badly signed ones, so a held request waits for the real one. `fak up` generates one per data dir for its embedded nats-server. Empty: not signed or checked.")] = ""
+    nats_tls_ca: Annotated[str, _doc("CA bundle (PEM) that verifies the NATS server's certificate. With it (or `nats_tls_cert`, or a tls:// URL) every bus connection is TLS, handshake first (the server's `tls` block needs `handshake_first`), verified, never plaintext. Empty: the system's CAs, if TLS is on.")] = ""
+    nats_tls_cert: Annotated[str, _doc("Client certificate (PEM) for a NATS server that verifies clients (`verify: true`); with `nats_tls_key`.")] = ""
+    nats_tls_key: Annotated[str, _doc("Private key (PEM) of `nats_tls_cert`.")] = ""
+    nats_tls_server_cert: Annotated[str, _doc("`fak up`: certificate (PEM; its names include 127.0.0.1) of the embedded nats-server, which then requires TLS; its services connect with tls:// and verify it with `nats_tls_ca`. With `nats_tls_cert` too, the server also requires client certificates signed by `nats_tls_ca`.")] = ""
+    nats_tls_server_key: Annotated[str, _doc("`fak up`: private key (PEM) of `nats_tls_server_cert`.")] = ""
+    stream_replicas: Annotated[int, _doc("Replicas of every JetStream stream fak creates (verdicts, audit log), 1 to 5; more than 1 needs a JetStream cluster (3 on the three-node cluster of deploy/k8s). The adjudicator, the streams' owner, updates existing streams to it.")] = 1
 
     # -- the gateway -----------------------------------------------------------------------------------
     host: Annotated[str, _doc("Gateway bind address.")] = "127.0.0.1"
     port: Annotated[int, _doc("Gateway HTTP port.")] = 8080
-    models: Annotated[tuple[str, ...], _doc("Models the gateway routes (comma separated). Default: the served `model`.")] = ()
+    models: Annotated[tuple[str, ...], _doc("Models the gateway routes (comma separated). Default: the served `model`. Each in-kernel one needs a live worker before /healthz reports ready.")] = ()
     api_keys: Annotated[tuple[str, ...], _doc("Gateway API keys (comma separated), added to those in `api_keys_file`. None at all: no key is required. Prefer the variable or the file: a flag shows in `ps`.")] = ()
     api_keys_file: Annotated[str, _doc("A file of gateway API keys, one a line (blank lines and `#` comments ignored), read at start-up; child processes get the path, not the keys. Missing, unreadable or empty: an error.")] = ""
     max_body_bytes: Annotated[int, _doc("Largest request body the gateway accepts, in bytes (413 above it).")] = 4 * 1024 * 1024
@@ -68,7 +75,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     adjudicate_timeout_s: Annotated[float, _doc("How long the gateway waits for a verdict; none in time fails the request (503), never lets it through.")] = 10.0
     verdict_barrier: Annotated[Literal["engine", "gateway"], _doc("Where requests with unscreened tool results wait: `engine` (held: prefill runs while screening, no token before the Release) or `gateway` (screen first, then send).")] = "engine"
     verdict_cache_size: Annotated[int, _doc("Clean tool-result verdicts a gateway remembers (by block id), so repeated results are not screened again.")] = 100000
-    admin_keys: Annotated[tuple[str, ...], _doc("Keys for the gateway's operator endpoints (/v1/fak/audit, /v1/fak/requests/…), comma separated, added to those in `admin_keys_file`. None at all: those endpoints refuse (403).")] = ()
+    admin_keys: Annotated[tuple[str, ...], _doc("Keys for the gateway's operator endpoints (/v1/fak/audit, /v1/fak/requests/…): every tenant's records. An API key reads only its own tenant's. Comma separated, added to those in `admin_keys_file`. Neither admin nor API keys: those endpoints refuse (403).")] = ()
     admin_keys_file: Annotated[str, _doc("A file of operator keys, one a line (blank lines and `#` comments ignored), read at start-up; child processes get the path, not the keys. Missing, unreadable or empty: an error.")] = ""
     audit_buffer: Annotated[int, _doc("Audit records (verdicts, eviction receipts) a gateway keeps in memory for /v1/fak/audit; older ones stay in JetStream.")] = 20000
     base_url: Annotated[str, _doc("Upstream mode: the API every model not served in-kernel goes to (e.g. http://127.0.0.1:11434/v1 for an OpenAI-compatible server, https://… for Anthropic's), with the client's own key. `fak up` then starts no engine worker unless `models` names in-kernel ones.")] = ""
@@ -120,6 +127,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def nats_servers(self) -> list[str]:
         return [u.strip() for u in self.nats_url.split(",") if u.strip()]
 
+    @property
+    def nats_tls(self) -> bool:
+        """Whether bus connections are TLS: a CA or a client certificate configured, or a tls:// URL."""
+        return bool(self.nats_tls_ca or self.nats_tls_cert) or any(u.startswith("tls://") for u in self.nats_servers)
+
     def replace(self, **changes: Any) -> Settings:
         return msgspec.structs.replace(self, **changes)
 
@@ -166,6 +178,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 raise SettingsError(f"{name}: no such setting{_did_you_mean(name, fields)}")
             where[name] = name
             raw[name] = _parse(fields[name], value, f"{name}={value}")
+        _check_tls_files(raw, where)
         for name in ("api_keys", "admin_keys"):
             path = raw.get(f"{name}_file", "")
             if path:
@@ -236,8 +249,29 @@ def read_keys_file(path: str, where: str) -> tuple[str, ...]:
     return keys
 
 
+def _check_tls_files(raw: dict[str, Any], where: dict[str, str]) -> None:
+    """Every TLS file given exists and reads; a certificate comes with its key (and a key with its
+    certificate). What the files hold is checked where they are used (bus.tls_context, nats-server)."""
+    for name in TLS_FILES:
+        path = raw.get(name, "")
+        if path:
+            try:
+                with open(Path(path).expanduser(), "rb") as f:
+                    f.read(1)
+            except OSError as exc:
+                raise SettingsError(f"{where[name]}={path}: cannot read the file ({exc.strerror or exc})") from exc
+    for cert, key in TLS_PAIRS:
+        if bool(raw.get(cert)) != bool(raw.get(key)):
+            given, missing = (cert, key) if raw.get(cert) else (key, cert)
+            raise SettingsError(f"{where[given]}={raw[given]}: {ENV_PREFIX}{missing.upper()} is not set "
+                                "(a certificate and its key go together)")
+
+
 # -- reading values ------------------------------------------------------------------------------------
 SIZES = frozenset({"kv_budget"})  # text settings that must read as a size (parse_bytes)
+RANGES = {"stream_replicas": (1, 5)}  # whole-number settings with bounds (JetStream keeps 1 to 5 replicas)
+TLS_FILES = ("nats_tls_ca", "nats_tls_cert", "nats_tls_key", "nats_tls_server_cert", "nats_tls_server_key")
+TLS_PAIRS = (("nats_tls_cert", "nats_tls_key"), ("nats_tls_server_cert", "nats_tls_server_key"))
 
 
 def _parse(field: msgspec.structs.FieldInfo, value: Any, where: str) -> Any:
@@ -256,11 +290,15 @@ def _parse(field: msgspec.structs.FieldInfo, value: Any, where: str) -> Any:
         if text.lower() not in BOOLEANS:
             raise SettingsError(f"{where}: expected one of {', '.join(BOOLEANS)}{_did_you_mean(text, BOOLEANS)}")
         return BOOLEANS[text.lower()]
-    elif base is int and text is not None:
+    elif base is int and (text is not None or field.name in RANGES):
         try:
-            return int(text)
+            number = int(text) if text is not None else value
         except ValueError:
             raise SettingsError(f"{where}: expected a whole number") from None
+        low, high = RANGES.get(field.name, (-math.inf, math.inf))
+        if isinstance(number, int) and not low <= number <= high:
+            raise SettingsError(f"{where}: expected a whole number from {low} to {high}")
+        return number
     elif base is float and text is not None:
         try:
             number = float(text)

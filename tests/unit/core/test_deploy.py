@@ -496,6 +496,73 @@ def test_k8s_nats_is_a_three_node_cluster_with_the_shipped_config():
     assert policy["default.yaml"] == (DEPLOY / "policies/default.yaml").read_text()
 
 
+def test_k8s_runs_the_streams_with_three_replicas_on_the_three_node_cluster():
+    config = resources("ConfigMap")["fak-config"]["data"]
+    assert workloads()["nats"]["spec"]["replicas"] == 3
+    assert len(re.findall(r"nats://nats-\d\.nats-headless:6222", (DEPLOY / "nats/nats-cluster.conf").read_text())) == 3
+    assert config["FAK_STREAM_REPLICAS"] == "3", "a three-node cluster keeps the streams on all three (R3)"
+    assert "FAK_STREAM_REPLICAS" not in str(compose()), "compose runs one nats node: the default, 1"
+
+
+@pytest.mark.slow
+def test_the_shipped_cluster_keeps_the_streams_on_three_nodes(tmp_path):
+    """Three nats-servers of deploy/nats/nats-cluster.conf (on this host: ports and dirs moved), the services'
+    streams created as FAK_STREAM_REPLICAS=3 says: R3, and an R1 stream made before is updated to R3 by its
+    owner, the adjudicator."""
+    from fakcore import bus
+    from fakcore.audit import ensure_audit_stream
+    from fakcore.settings import Settings
+    from tests.conftest import free_port
+
+    clients, routes = [free_port() for _ in range(3)], [free_port() for _ in range(3)]
+    shipped = (DEPLOY / "nats/nats-cluster.conf").read_text()
+    procs, logs = [], []
+    try:
+        for i in range(3):
+            node = tmp_path / f"nats-{i}"
+            node.mkdir()
+            (node / "permissions.conf").write_text((DEPLOY / "nats/permissions.conf").read_text())
+            conf = re.sub(r"nats://nats-(\d)\.nats-headless:6222", lambda m: f"nats://127.0.0.1:{routes[int(m[1])]}", shipped)
+            conf = (conf.replace("\nport: 4222", f"\nport: {clients[i]}").replace("port: 6222", f"port: {routes[i]}")
+                    .replace("http_port: 8222", "http_port: -1").replace("store_dir: /data", f"store_dir: {node / 'js'}"))
+            (node / "nats.conf").write_text(conf)
+            logs.append(node / "nats.log")
+            procs.append(subprocess.Popen([server_binary(), "-c", str(node / "nats.conf"), "-a", "127.0.0.1", "-l", str(logs[-1])],
+                                          env={**os.environ, **PASSWORDS, "POD_NAME": f"nats-{i}"}))
+        deadline = time.monotonic() + 30
+        while not all("Server is ready" in (log.read_text() if log.exists() else "") for log in logs):
+            assert all(p.poll() is None for p in procs) and time.monotonic() < deadline, "the cluster did not start"
+            time.sleep(0.1)
+        url = ",".join(f"nats://127.0.0.1:{port}" for port in clients)
+
+        async def main() -> None:
+            for replicas in (1, 3):  # as before this setting, then as deploy/k8s/config.yaml has it
+                settings = Settings.load(env={}, nats_url=url, nats_user="adjudicator", nats_password="pwadjudicator",
+                                         stream_replicas=replicas)
+                nc = await bus.connect(settings, "adjudicator")
+                try:
+                    await bus.ensure_streams(nc)
+                    js = await ensure_audit_stream(nc)
+                    for stream in (subjects.VERDICT_STREAM, subjects.AUDIT_STREAM):
+                        assert (await js.stream_info(stream)).config.num_replicas == replicas, stream
+                        for _ in range(100):  # a scaled-up stream elects its leader and catches its peers up
+                            cluster = (await js.stream_info(stream)).cluster
+                            if cluster.leader and len([p for p in cluster.replicas or [] if p.current]) == replicas - 1:
+                                break
+                            await asyncio.sleep(0.1)
+                        nodes = {cluster.leader, *(p.name for p in cluster.replicas or [])}
+                        assert cluster.leader and len(nodes) == replicas, (stream, cluster)  # R3: one copy per node
+                finally:
+                    await nc.close()
+
+        asyncio.run(main())
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(15)
+
+
 def test_k8s_secrets_are_templates():
     for name, secret in resources("Secret").items():
         for key, value in secret["stringData"].items():

@@ -255,3 +255,63 @@ def test_fak_serve_with_a_bad_flag_exits_2(monkeypatch, capsys):
         monkeypatch.delenv(key)
     assert cli.main(["serve", "gateway", "--screen-model", "Sync"]) == 2
     assert capsys.readouterr().err == "fak: --screen-model=Sync: expected one of sync, async, off (did you mean sync?)\n"
+
+
+# -- TLS files and stream replicas ---------------------------------------------------------------------
+def test_a_tls_file_that_cannot_be_read_is_an_error_naming_the_setting(tmp_path):
+    missing = tmp_path / "nope.pem"
+    for name in ("ca", "cert", "key", "server_cert", "server_key"):
+        env = f"FAK_NATS_TLS_{name.upper()}"
+        with pytest.raises(SettingsError, match=f"^{env}={missing}: cannot read the file \\(No such file or directory\\)$"):
+            Settings.load(env={env: str(missing)})
+    parser = argparse.ArgumentParser()
+    settings_mod.add_arguments(parser)
+    with pytest.raises(SettingsError, match=f"^--nats-tls-ca={tmp_path}: cannot read the file"):  # a directory
+        Settings.load(env={}, args=parser.parse_args(["--nats-tls-ca", str(tmp_path)]))
+
+
+def test_a_certificate_needs_its_key_and_tls_turns_on_with_any_of_its_settings(tmp_path):
+    pem = tmp_path / "x.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\n")  # read, not parsed, here (bus.tls_context parses)
+    with pytest.raises(SettingsError, match=f"^FAK_NATS_TLS_CERT={pem}: FAK_NATS_TLS_KEY is not set"):
+        Settings.load(env={"FAK_NATS_TLS_CERT": str(pem)})
+    with pytest.raises(SettingsError, match=f"^FAK_NATS_TLS_SERVER_KEY={pem}: FAK_NATS_TLS_SERVER_CERT is not set"):
+        Settings.load(env={"FAK_NATS_TLS_SERVER_KEY": str(pem)})
+    assert not Settings.load(env={"FAK_NATS_URL": "nats://h:4222"}).nats_tls
+    assert Settings.load(env={"FAK_NATS_URL": "nats://a:4222, tls://b:4222"}).nats_tls
+    assert Settings.load(env={"FAK_NATS_TLS_CA": str(pem)}).nats_tls
+    s = Settings.load(env={"FAK_NATS_TLS_CERT": str(pem), "FAK_NATS_TLS_KEY": str(pem)})
+    assert s.nats_tls and Settings.load(env=s.to_env()) == s
+
+
+@pytest.mark.parametrize("text, line", [
+    ("0", "FAK_STREAM_REPLICAS=0: expected a whole number from 1 to 5"),
+    ("6", "FAK_STREAM_REPLICAS=6: expected a whole number from 1 to 5"),
+    ("three", "FAK_STREAM_REPLICAS=three: expected a whole number"),
+])
+def test_stream_replicas_are_1_to_5(text, line):
+    assert Settings.load(env={}).stream_replicas == 1
+    assert Settings.load(env={"FAK_STREAM_REPLICAS": "3"}).stream_replicas == 3
+    with pytest.raises(SettingsError) as exc:
+        Settings.load(env={"FAK_STREAM_REPLICAS": text})
+    assert str(exc.value) == line
+    with pytest.raises(SettingsError, match="^stream_replicas=0: expected a whole number from 1 to 5$"):
+        Settings.load(env={}, stream_replicas=0)
+
+
+def test_fak_up_refuses_what_its_embedded_server_cannot_do(tmp_path):
+    from fakcore.launcher import StartupError, Topology, embedded_tls
+    from fakcore.natsd import ServerTLS
+
+    pem = tmp_path / "x.pem"
+    pem.write_text("x\n")
+    server = {"nats_tls_server_cert": str(pem), "nats_tls_server_key": str(pem)}
+    client = {"nats_tls_cert": str(pem), "nats_tls_key": str(pem)}
+    cases = [({"stream_replicas": 3}, "^FAK_STREAM_REPLICAS=3: the embedded nats-server is one node"),
+             ({"nats_url": "nats://h:4222", **server}, "^FAK_NATS_TLS_SERVER_CERT is the certificate of the embedded"),
+             ({**server, **client}, "^FAK_NATS_TLS_CERT with FAK_NATS_TLS_SERVER_CERT: .* FAK_NATS_TLS_CA, which is not set")]
+    for overrides, line in cases:
+        with pytest.raises(StartupError, match=line):
+            Topology(Settings.load(env={}, data_dir="temp", **overrides)).start()  # before anything starts
+    assert embedded_tls(Settings.load(env={}, stream_replicas=3, nats_url="nats://h:4222")) is None  # a cluster's
+    assert embedded_tls(Settings.load(env={}, **server)) == ServerTLS(str(pem), str(pem))
