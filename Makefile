@@ -25,7 +25,7 @@ $(TSTAMP): $(STAMP)
 
 venv: $(STAMP)
 
-# The real agent clients (Claude Code) the end-to-end tests drive, pinned by clients/package-lock.json.
+# The real agent clients (Claude Code, Codex) the end-to-end tests drive, pinned by clients/package-lock.json.
 # npm writes $(CSTAMP) on every install; touching it keeps make from re-installing an unchanged lock.
 $(CSTAMP): clients/package.json clients/package-lock.json
 	npm ci --prefix clients --no-audit --no-fund

@@ -59,8 +59,8 @@ def running(topo: Topology, timeout: float = 90) -> Iterator[Topology]:
 
 @pytest.fixture(scope="module")
 def topology(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
-    """adjudicator, kvmmu, one engine-cpu worker (synthetic) and the gateway; 'ghost' is routed but unserved."""
-    settings = base_settings(nats_server.url, models=("synthetic", "ghost"))
+    """adjudicator, kvmmu, one engine-cpu worker (synthetic) and the gateway."""
+    settings = base_settings(nats_server.url)
     with running(Topology(settings, log_dir=tmp_path_factory.mktemp("logs"))) as topo:
         yield topo
 

@@ -69,7 +69,7 @@ def _stream(verb: str, stream: str) -> str:
 
 def table() -> dict[str, Grant]:
     """user -> what it may publish and subscribe, from every publish/subscribe/request call of its service."""
-    s, V, A, D = subjects, subjects.VERDICT_STREAM, subjects.AUDIT_STREAM, KVMMU_DURABLE
+    s, V, A, D, R = subjects, subjects.VERDICT_STREAM, subjects.AUDIT_STREAM, KVMMU_DURABLE, subjects.RESPONSES_STREAM
     generate, count, affine = _wild(s.generate(_ANY)), _wild(s.count_tokens(_ANY)), _wild(s.worker(_ANY, "generate"))
     evict, worker_stats = _wild(s.worker(_ANY, "kv.evict")), _wild(s.worker(_ANY, "kv.stats"))
     return {
@@ -80,7 +80,9 @@ def table() -> dict[str, Grant]:
                      _stream("CREATE", V), _stream("INFO", V), _stream("CREATE", A), _stream("INFO", A),
                      _stream("MSG.GET", V),  # the context filter: the last verdict, to know when it caught up
                      f"$JS.API.CONSUMER.CREATE.{V}", f"$JS.API.CONSUMER.CREATE.{A}",  # ordered (ephemeral) consumers
-                     f"$JS.FC.{V}.>", f"$JS.FC.{A}.>"),  # their flow control
+                     f"$JS.FC.{V}.>", f"$JS.FC.{A}.>",  # their flow control
+                     # the response store: its stream, written and read by the gateways only
+                     s.RESPONSES, _stream("CREATE", R), _stream("INFO", R), _stream("MSG.GET", R)),
             subscribe=(f"{inbox_prefix('gateway')}.>", s.ANNOUNCE, s.HEALTH, s.KV_EVICTED)),
         "adjudicator": Grant(
             publish=(s.QUARANTINE, s.AUDIT, s.health("adjudicator"),

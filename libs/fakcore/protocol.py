@@ -13,11 +13,27 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 SCHEMA_VERSION = 1
+
+
+# Every enum-like field is a Literal: a peer that sends another value is refused at decode, not guessed at.
+Role = Literal["system", "user", "assistant", "tool"]
+ToolChoice = Literal["auto", "none", "required", "function"]
+FinishReason = Literal["stop", "length", "tool_calls"]
+ErrorCodeName = Literal["overloaded", "invalid_request", "context_length_exceeded", "unsupported", "no_worker",
+                        "timeout", "internal"]
+EngineKind = Literal["fak-cpu", "fak-cuda"]
+Verdict = Literal["clean", "quarantine"]
+Stage = Literal["", "policy", "inline", "model", "cache"]
+AuditKind = Literal["call", "result"]
+Outcome = Literal["allow", "deny", "clean", "quarantine"]
+EvictMode = Literal["exact", "shift"]
+EvictCause = Literal["verdict", "release", "command"]
+EvictCheck = Literal["fresh-prefill", "structure"]
 
 
 class Message(msgspec.Struct, tag_field="t", tag=True, kw_only=True):
@@ -36,7 +52,7 @@ class ToolCall(msgspec.Struct, kw_only=True):
 
 
 class ChatMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
-    role: str  # system | user | assistant | tool
+    role: Role
     content: str = ""
     tool_calls: list[ToolCall] = []
     tool_call_id: str = ""  # role == tool: which call this answers
@@ -52,10 +68,18 @@ def block_id(content: str) -> str:
     return "b" + hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+CUSTOM_TOOL_INPUT = "input"  # the one (string) argument of a custom tool on the bus
+
+
 class ToolSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     name: str
     description: str = ""
     parameters: dict[str, Any] = {}  # JSON Schema of the arguments
+    # custom: a freeform tool (the Responses API's, e.g. Codex's apply_patch). On the bus it is a function
+    # with one string argument, `input`; `format` is the client's ({"type": "grammar", "syntax": "lark" |
+    # "regex", "definition": …} or {"type": "text"}).
+    kind: Literal["function", "custom"] = "function"
+    format: dict[str, Any] = {}
 
 
 class Sampling(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -78,7 +102,7 @@ class Usage(msgspec.Struct, kw_only=True):
 class Receipt(msgspec.Struct, kw_only=True):
     """Names exactly what produced an answer."""
 
-    engine: str  # engine kind: "fak-cpu", "fak-cuda"
+    engine: EngineKind
     worker: str
     backend: str  # numeric path: "reference", "numba", "cuda"
     device: str
@@ -98,7 +122,7 @@ class GenerateRequest(Message, kw_only=True):
     messages: list[ChatMessage] = []
     prompt: str | None = None  # raw prompt (/v1/completions): no chat template
     tools: list[ToolSpec] = []
-    tool_choice: str = "auto"  # auto | none | required | function  (then tool_choice_name)
+    tool_choice: ToolChoice = "auto"  # function: then tool_choice_name
     tool_choice_name: str = ""
     response_schema: dict[str, Any] | None = None  # JSON Schema the output must match
     sampling: Sampling = msgspec.field(default_factory=Sampling)
@@ -149,7 +173,7 @@ class TokenChunk(Message, kw_only=True):
 class GenerateDone(Message, kw_only=True):
     request_id: str
     seq: int
-    finish_reason: str  # stop | length | tool_calls
+    finish_reason: FinishReason
     usage: Usage
     receipt: Receipt
     tool_calls: list[ToolCall] = []
@@ -158,7 +182,7 @@ class GenerateDone(Message, kw_only=True):
 
 class GenerateError(Message, kw_only=True):
     request_id: str
-    code: str  # see ErrorCode
+    code: ErrorCodeName  # see ErrorCode
     message: str
 
 
@@ -198,7 +222,7 @@ class Announce(Message, kw_only=True):
 
     worker: str
     model: str
-    engine: str  # "fak-cpu" | "fak-cuda"
+    engine: EngineKind
     backend: str
     device: str
     weights_digest: str
@@ -255,11 +279,11 @@ class AdjudicateResult(Message, kw_only=True):
 
 class ResultVerdict(Message, kw_only=True):
     block: str
-    verdict: str  # clean | quarantine
+    verdict: Verdict
     detector: str = ""
     score: float = 0.0
     reason: str = ""
-    stage: str = ""  # which screening stage decided: inline | model (async: a later QuarantineVerdict may follow)
+    stage: Stage = ""  # which screening stage decided (model: async, a later QuarantineVerdict may follow)
     sig: bytes = b""  # HMAC-SHA256 by its sender (encode_signed); checked where a key is configured
 
 
@@ -276,7 +300,7 @@ class QuarantineVerdict(Message, kw_only=True):
     session: str = ""
     request_id: str = ""
     ts: float = 0.0
-    stage: str = ""  # inline | model ("model" after an async second opinion: a late quarantine)
+    stage: Stage = ""  # "model" after an async second opinion: a late quarantine
     sig: bytes = b""  # HMAC-SHA256 by its sender (encode_signed); checked where a key is configured
 
 
@@ -286,8 +310,8 @@ class AuditRecord(Message, kw_only=True):
     Call verdicts and screening verdicts are recorded by the adjudicator; verdicts the gateway answers from
     its cache (a block seen before) by the gateway, with stage "cache"."""
 
-    kind: str  # call | result
-    outcome: str  # allow | deny | clean | quarantine
+    kind: AuditKind
+    outcome: Outcome
     request_id: str = ""
     session: str = ""
     key_id: str = ""
@@ -298,7 +322,7 @@ class AuditRecord(Message, kw_only=True):
     detector: str = ""  # result: the detector that decided
     score: float = 0.0
     reason: str = ""
-    stage: str = ""  # policy | inline | model | cache
+    stage: Stage = ""
     latency_ms: float = 0.0
     source: str = ""  # the instance that decided
     ts: float = 0.0
@@ -357,8 +381,8 @@ class KvEvict(Message, kw_only=True):
     every sequence of the worker that holds them (cached, in flight or queued). Replied with KvEvictReply."""
 
     blocks: list[str]
-    mode: str = "exact"  # exact: drop + recompute the suffix | shift: drop + re-rotate survivors' keys
-    cause: str = "verdict"  # verdict | release | command
+    mode: EvictMode = "exact"  # exact: drop + recompute the suffix | shift: drop + re-rotate survivors' keys
+    cause: EvictCause = "verdict"
     request_id: str = ""  # the verdict's (or held request's) request id, for the audit trail
 
 
@@ -374,16 +398,16 @@ class KvEvicted(Message, kw_only=True):
     sequence: str
     session: str = ""
     request_id: str = ""
-    cause: str = ""  # verdict | release | command
+    cause: EvictCause | Literal[""] = ""
     blocks: list[str] = []
     spans: list[Span] = []  # the ranges removed (in the sequence, before eviction)
-    mode: str = "exact"
+    mode: EvictMode = "exact"
     tokens_before: int = 0  # cached tokens before
     tokens_after: int = 0  # cached tokens after
     tokens_recomputed: int = 0  # suffix tokens run through the model again (exact mode)
     digest_before: str = ""
     digest_after: str = ""
-    check: str = "structure"  # fresh-prefill | structure
+    check: EvictCheck = "structure"
     identical: bool = False  # the cache equals a fresh prefill of the surviving tokens bit for bit
     max_abs_dev: float = -1.0  # max |K - K_fresh|, |V - V_fresh| over every layer (-1: not measured)
     layer_dev: list[float] = []  # per layer, the same maximum
@@ -439,6 +463,8 @@ class subjects:
     VERDICT_STREAM = "FAK_VERDICTS"  # JetStream stream holding fak.v1.verdict.>
     AUDIT = "fak.v1.audit.verdict"  # AuditRecord, on the AUDIT_STREAM
     AUDIT_STREAM = "FAK_AUDIT"  # JetStream stream holding fak.v1.audit.>
+    RESPONSES = "fak.v1.responses.>"  # stored Responses-API responses, one subject per response (and chunk)
+    RESPONSES_STREAM = "FAK_RESPONSES"  # JetStream stream of them: the last value per subject, like a KV bucket
 
     @staticmethod
     def generate(model: str) -> str:

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-WIRES = ("openai", "anthropic")
+WIRES = ("openai", "anthropic", "responses")  # responses: the OpenAI Responses API (/v1/responses)
 DEFAULT_UPSTREAM = "default"  # the name of the --base-url upstream
 
 
@@ -45,7 +45,7 @@ class RoutesError(ValueError):
 
 class UpstreamSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     url: str
-    wire: Literal["openai", "anthropic"] = "openai"
+    wire: Literal["openai", "anthropic", "responses"] = "openai"
     auth: Literal["client", "key"] = "client"
     api_key_env: str = ""
     timeout_s: float = 600.0

@@ -77,9 +77,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     verdict_cache_size: Annotated[int, _doc("Clean tool-result verdicts a gateway remembers (by block id), so repeated results are not screened again.")] = 100000
     admin_keys: Annotated[tuple[str, ...], _doc("Keys for the gateway's operator endpoints (/v1/fak/audit, /v1/fak/requests/…): every tenant's records. An API key reads only its own tenant's. Comma separated, added to those in `admin_keys_file`. Neither admin nor API keys: those endpoints refuse (403).")] = ()
     admin_keys_file: Annotated[str, _doc("A file of operator keys, one a line (blank lines and `#` comments ignored), read at start-up; child processes get the path, not the keys. Missing, unreadable or empty: an error.")] = ""
+    responses_ttl_s: Annotated[int, _doc("How long stored Responses-API responses (`store`, for previous_response_id and GET /v1/responses/{id}) are kept, in seconds; in JetStream KV, so every gateway replica sees them.")] = 30 * 24 * 3600
+    responses_max_bytes: Annotated[str, _doc("The response store's size limit (JetStream KV bucket); when full the oldest responses go first.")] = "1GiB"
     audit_buffer: Annotated[int, _doc("Audit records (verdicts, eviction receipts) a gateway keeps in memory for /v1/fak/audit; older ones stay in JetStream.")] = 20000
     base_url: Annotated[str, _doc("Upstream mode: the API every model not served in-kernel goes to (e.g. http://127.0.0.1:11434/v1 for an OpenAI-compatible server, https://… for Anthropic's), with the client's own key. `fak up` then starts no engine worker unless `models` names in-kernel ones.")] = ""
-    upstream_wire: Annotated[Literal["openai", "anthropic"], _doc("What `base_url` speaks: `openai` (chat completions; the URL ends in its version, /v1) or `anthropic` (messages; the URL without /v1).")] = "openai"
+    upstream_wire: Annotated[Literal["openai", "anthropic", "responses"], _doc("What `base_url` speaks: `openai` (chat completions; the URL ends in its version, /v1), `responses` (OpenAI's Responses API, /v1/responses; the URL ends in /v1) or `anthropic` (messages; the URL without /v1).")] = "openai"
     routes: Annotated[str, _doc("A routes file (YAML): model ids, globs and aliases mapped to the in-kernel engine or to named upstreams (url, wire, auth, key variable, timeout). See libs/fakcore/routes.py.")] = ""
 
     # -- the engine ------------------------------------------------------------------------------------
@@ -122,6 +124,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def kv_budget_bytes(self) -> int:
         return parse_bytes(self.kv_budget)
+
+    @property
+    def responses_max_bytes_int(self) -> int:
+        return parse_bytes(self.responses_max_bytes)
 
     @property
     def nats_servers(self) -> list[str]:
@@ -268,7 +274,7 @@ def _check_tls_files(raw: dict[str, Any], where: dict[str, str]) -> None:
 
 
 # -- reading values ------------------------------------------------------------------------------------
-SIZES = frozenset({"kv_budget"})  # text settings that must read as a size (parse_bytes)
+SIZES = frozenset({"kv_budget", "responses_max_bytes"})  # text settings that must read as a size (parse_bytes)
 RANGES = {"stream_replicas": (1, 5)}  # whole-number settings with bounds (JetStream keeps 1 to 5 replicas)
 TLS_FILES = ("nats_tls_ca", "nats_tls_cert", "nats_tls_key", "nats_tls_server_cert", "nats_tls_server_key")
 TLS_PAIRS = (("nats_tls_cert", "nats_tls_key"), ("nats_tls_server_cert", "nats_tls_server_key"))

@@ -12,11 +12,12 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 
 from fak_gateway.errors import WireError
-from fak_gateway.openai_wire import decode
+from fak_gateway.openai_wire import MaxTokens, TopK, decode
 from fakcore.protocol import (
     Accepted,
     ChatMessage,
@@ -91,11 +92,11 @@ class CountRequest(msgspec.Struct, kw_only=True):
 
 
 class MessagesRequest(CountRequest, kw_only=True):
-    max_tokens: int
+    max_tokens: MaxTokens
     stop_sequences: list[str] | None = None
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None
+    top_k: TopK | None = None
     stream: bool = False
 
 
@@ -111,7 +112,8 @@ def ignored(r: CountRequest) -> list[str]:
     """What the in-kernel engine accepted without acting on: fields, server tools, dropped block types."""
     out = [f for f in IGNORED_FIELDS if getattr(r, f) not in (None, {}, [])
            and not (f == "thinking" and (r.thinking or {}).get("type") == "disabled")]
-    out += [f"tool:{t.name}" for t in r.tools or [] if t.type not in (None, "custom")]
+    # a tool's name is the client's text: quoted, so that it stays one token of an ASCII header
+    out += [f"tool:{quote(t.name, safe='')}" for t in r.tools or [] if t.type not in (None, "custom")]
     out += sorted({f"block:{b.type}" for m in r.messages if not isinstance(m.content, str) for b in m.content
                    if b.type in DROPPED_BLOCKS})
     return out
@@ -219,7 +221,7 @@ def _tool_choice(choice: dict[str, Any] | None, tools: list[ToolSpec]) -> tuple[
         return "required", ""
     if kind == "tool":
         name = choice.get("name")
-        if name not in {t.name for t in tools}:
+        if not isinstance(name, str) or name not in {t.name for t in tools}:
             raise WireError("invalid_request", f"tool_choice names {name!r}, which is not in tools")
         return "function", name
     raise WireError("invalid_request", f"tool_choice type {kind!r} is not auto, any, tool or none")
@@ -241,6 +243,7 @@ def messages_to_bus(r: MessagesRequest, session: str, strict: bool = True) -> Ge
 
 def count_to_bus(r: CountRequest) -> CountTokensRequest:
     messages, tools = to_chat(r)
+    _tool_choice(r.tool_choice, tools)  # not counted, but refused as /v1/messages would refuse it
     return CountTokensRequest(model=r.model, messages=messages, tools=tools)
 
 

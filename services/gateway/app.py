@@ -1,14 +1,14 @@
 """The gateway's HTTP app (litestar): small typed handlers over shared state on `app.state`.
 
-    GET  /healthz                      ok, model, engine, live workers and services
+    GET  /healthz                      ready (200) when every routed model has a worker and every service reported
     GET  /metrics                      Prometheus
     GET  /v1/models                    OpenAI or Anthropic list shape (by the anthropic-version header)
     POST /v1/chat/completions          OpenAI chat (+SSE)
     POST /v1/completions               OpenAI raw-prompt completions (+SSE)
     POST /v1/messages                  Anthropic messages (+SSE)
     POST /v1/messages/count_tokens     Anthropic token counting
-    GET  /v1/fak/audit                 operators (admin key): verdicts and eviction receipts, filterable
-    GET  /v1/fak/requests/{id}         operators (admin key): a request's context as it left for the engines
+    GET  /v1/fak/audit                 verdicts and eviction receipts, filterable (admin key: all; API key: its own)
+    GET  /v1/fak/requests/{id}         a request's context as it left for the engines (admin, or its own tenant)
 
 Every chat request runs the one pipeline (pipeline.py): wire decode, route (in-kernel engine or upstream),
 the guard (guard.py: context filter, verdict barrier, tool-call adjudication), the backend, wire encode.
@@ -28,24 +28,26 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
-from litestar import Litestar, Request, Response, get, post
+from litestar import Litestar, Request, Response, delete, get, post
 from litestar.exceptions import HTTPException
 from litestar.middleware import ASGIMiddleware
 from litestar.response import Stream
 
-from fak_gateway import anthropic_wire, openai_wire, proxy
+from fak_gateway import anthropic_wire, openai_wire, proxy, responses_wire
 from fak_gateway.context_filter import AuditView, ContextFilter
 from fak_gateway.engines import Engines
 from fak_gateway.errors import WireError, wire_of
 from fak_gateway.guard import Guard, start_backend
+from fak_gateway.openapi import openapi_json
 from fak_gateway.pipeline import CACHE_SALT_HEADER, Pipeline, tenant
 from fak_gateway.proxy import Proxied
+from fak_gateway.responses_store import ResponseStore
 from fak_gateway.upstream import Upstreams
 from fakcore import bus
 from fakcore.audit import ensure_audit_stream
 from fakcore.metrics import Metrics
 from fakcore.policy import key_id
-from fakcore.protocol import Accepted, Heartbeat, encode, subjects
+from fakcore.protocol import Accepted, CountTokensRequest, Heartbeat, encode, subjects
 from fakcore.routes import RouteTable
 from fakcore.service import instance_name
 from fakcore.settings import Settings
@@ -80,13 +82,14 @@ class State:
         self.audit = AuditView(settings.audit_buffer)
         self.guard: Guard | None = None
         self.pipeline: Pipeline | None = None
+        self.responses: ResponseStore | None = None
 
 
 def _state(request: Request) -> State:
     return request.app.state.fak
 
 
-PUBLIC = ("/healthz", "/metrics")  # and /v1/fak/*, which take admin keys (_check_admin)
+PUBLIC = ("/healthz", "/metrics", "/openapi.json")  # and /v1/fak/*, which take an admin key or a tenant's API key (_viewer)
 
 
 def authenticate(request: Request) -> None:
@@ -107,12 +110,18 @@ def _api_key(request: Request) -> str:
     return auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
 
 
-def _check_admin(request: Request, settings: Settings) -> None:
-    if not settings.admin_keys:
-        raise WireError("permission", "operator endpoints are disabled: set FAK_ADMIN_KEYS")
+def _viewer(request: Request, settings: Settings) -> str | None:
+    """Who reads an operator view: None for an admin key (everything), else the key id of a gateway API key
+    (its own tenant's records only). Without either the view is refused."""
     key = request.headers.get("x-fak-admin-key") or _api_key(request)
-    if key not in settings.admin_keys:
-        raise WireError("authentication", "invalid or missing admin key")
+    if settings.admin_keys and key in settings.admin_keys:
+        return None
+    if settings.api_keys and key in settings.api_keys:
+        return key_id(key)
+    if not settings.admin_keys and not settings.api_keys:
+        raise WireError("permission", "operator endpoints are disabled: set FAK_ADMIN_KEYS (or FAK_API_KEYS for "
+                                      "per-tenant views)")
+    raise WireError("authentication", "invalid or missing admin or API key")
 
 
 def _session(request: Request) -> str:
@@ -158,12 +167,14 @@ def _stream(state: State, route: str, wire: str, body: AsyncIterator[bytes], hea
                     first = False
                 yield chunk
         except WireError as err:  # headers are gone: the error travels as a stream event
-            yield anthropic_wire.stream_error(err) if wire == "anthropic" else openai_wire.stream_error(err)
+            yield STREAM_ERRORS[wire](err)
 
     return Stream(guarded(), media_type="text/event-stream",
                   headers={"cache-control": "no-cache", "x-accel-buffering": "no", **headers})
 
 
+STREAM_ERRORS = {"anthropic": anthropic_wire.stream_error, "openai": openai_wire.stream_error,
+                 "responses": responses_wire.stream_error}
 CLIENT_GONE = 499  # the status (nginx's) counted for a request whose client left before its response
 
 
@@ -214,6 +225,9 @@ async def _disconnected(request: Request) -> None:
 
 @get("/healthz", sync_to_thread=False)
 def healthz(request: Request) -> Response:
+    """Ready (200, ok) only when every in-kernel model routed here has a live worker and every service the
+    boundary needs has reported: the adjudicator when screening is on, and the kvmmu too when an engine may
+    hold a quarantined span. Otherwise 503, naming what is missing."""
     state = _state(request)
     s = state.settings
     engines = state.engines
@@ -222,19 +236,24 @@ def healthz(request: Request) -> Response:
     nats_ok = bool(engines and engines.nc.is_connected)
     served = {w.model for w in workers}
     pipeline = state.pipeline
-    upstream_only = pipeline is not None and not pipeline.routes.needs_engine
-    # ok: the gateway can serve its primary model (in-kernel: a live worker; upstream mode: the bus for the
-    # guard); other routed models without a worker are listed.
-    ok = nats_ok and (upstream_only or s.routed_models[0] in served)
+    wanted = pipeline.engine_models(s.routed_models) if pipeline else list(s.routed_models)
+    unserved = [m for m in wanted if m not in served]
+    reported = {h.service for h in services if h.ok}
+    needed = ({"adjudicator"} | ({"kvmmu"} if wanted else set())) if s.adjudicate else set()
+    missing = sorted(needed - reported)
+    failing = sorted({f"{h.service}: {h.detail}" for h in services if not h.ok})
+    ok = nats_ok and not unserved and not missing and not failing
     body = {
         "ok": ok,
         "model": s.routed_models[0],
         "models": pipeline.models() if pipeline else list(s.routed_models),
-        "engine": "upstream" if upstream_only else "inkernel",
+        "engine": "inkernel" if wanted else "upstream",
         "routes": pipeline.health() if pipeline else [],
         "nats": nats_ok,
         "uptime_s": round(time.time() - state.started, 1),
-        "unserved": [] if upstream_only else [m for m in s.routed_models if m not in served],
+        "unserved": unserved,
+        "missing_services": missing,
+        "failing_services": failing,
         "workers": [{"worker": w.worker, "model": w.model, "engine": w.engine, "backend": w.backend, "device": w.device,
                      "active": w.active, "queued": w.queued, "capacity": w.capacity} for w in workers],
         "services": sorted({h.service for h in services} | ({"engine"} if workers else set())),
@@ -323,6 +342,74 @@ async def messages(request: Request) -> Response | Stream:
     return await _respond(request, anthropic_wire.message_response(req, replies), headers)
 
 
+@post("/v1/responses", status_code=200)
+async def responses(request: Request) -> Response | Stream:
+    state, body = _state(request), await request.body()
+    r = responses_wire.decode_request(body)
+    pipeline = _pipeline(state)
+    route = pipeline.route(r.model)
+    key = _key_id(request)
+    store = _store(state)
+    history = await store.conversation(r.previous_response_id, key) if r.previous_response_id else []
+    turn = responses_wire.to_bus(r, history, _session(request))
+    first, replies = await pipeline.start(turn.req, route, request.headers, key, r.prompt_cache_key or "")
+    headers = _receipt_headers(first)
+    if ignored := responses_wire.ignored(r, [*history, *turn.items]):
+        headers["x-fak-ignored"] = ",".join(ignored)  # accepted, but not acted on
+
+    async def keep(response: dict[str, Any]) -> None:
+        if r.store is not False:
+            await store.put(key, r.previous_response_id or "", turn.items, response)
+
+    if r.stream:
+        return _stream(state, "responses", "responses", responses_wire.stream(turn, first, replies, keep), headers)
+
+    async def collect() -> dict[str, Any]:
+        response = await responses_wire.response(turn, replies)
+        await keep(response)
+        return response
+
+    return await _respond(request, collect(), headers)
+
+
+def _store(state: State) -> ResponseStore:
+    if state.responses is None:
+        raise WireError("unavailable", "the gateway has no bus connection: the response store is unavailable")
+    return state.responses
+
+
+@get("/v1/responses/{response_id:str}", sync_to_thread=False)
+async def get_response(request: Request, response_id: str) -> Response:
+    stored = await _store(_state(request)).get(response_id, _key_id(request))
+    if stored is None:
+        raise WireError("not_found", f"response {response_id!r} was not found (never stored, expired or deleted)")
+    return Response(stored.response)
+
+
+@delete("/v1/responses/{response_id:str}", status_code=200)
+async def delete_response(request: Request, response_id: str) -> Response:
+    if not await _store(_state(request)).delete(response_id, _key_id(request)):
+        raise WireError("not_found", f"response {response_id!r} was not found (never stored, expired or deleted)")
+    return Response({"id": response_id, "object": "response", "deleted": True})
+
+
+@post("/v1/responses/input_tokens", status_code=200)
+async def response_input_tokens(request: Request) -> Response:
+    state = _state(request)
+    r = openai_wire.decode(await request.body(), responses_wire.InputTokensRequest)
+    route = _pipeline(state).route(r.model)
+    if not route.inkernel:
+        raise WireError("not_implemented", f"model {r.model!r} is served by an upstream; count locally")
+    key = _key_id(request)
+    history = await _store(state).conversation(r.previous_response_id, key) if r.previous_response_id else []
+    messages = responses_wire.to_messages([*history, *responses_wire.input_items(r.input)], r.instructions)
+    counted = CountTokensRequest(model=route.target, messages=messages, tools=responses_wire.to_tools(r.tools))
+    assert state.engines is not None
+    if state.guard is not None:
+        state.filter.apply(counted.messages)
+    return Response({"object": "response.input_tokens", "input_tokens": await state.engines.count_tokens(counted)})
+
+
 @post("/v1/messages/count_tokens", status_code=200)
 async def count_tokens(request: Request) -> Response | Stream:
     state, body = _state(request), await request.body()
@@ -350,17 +437,21 @@ async def count_tokens(request: Request) -> Response | Stream:
 def audit_log(request: Request, request_id: str = "", session: str = "", kind: str = "", block: str = "",
               limit: int = 100) -> Response:
     state = _state(request)
-    _check_admin(request, state.settings)
-    records = state.audit.query(request_id=request_id, session=session, kind=kind, block=block, limit=max(1, min(limit, 5000)))
-    return Response({"records": records, "quarantined_blocks": len(state.filter.quarantined)})
+    tenant = _viewer(request, state.settings)
+    records = state.audit.query(request_id=request_id, session=session, kind=kind, block=block, limit=max(1, min(limit, 5000)),
+                                tenant=tenant)
+    body: dict[str, Any] = {"records": records}
+    if tenant is None:  # how much is quarantined overall is the operator's to know
+        body["quarantined_blocks"] = len(state.filter.quarantined)
+    return Response(body)
 
 
 @get("/v1/fak/requests/{request_id:str}", sync_to_thread=False)
 def request_context(request: Request, request_id: str) -> Response:
     state = _state(request)
-    _check_admin(request, state.settings)
+    tenant = _viewer(request, state.settings)
     found = state.audit.requests.get(request_id)
-    if found is None:
+    if found is None or (tenant is not None and found.get("key_id") != tenant):  # another tenant's: not there
         raise WireError("not_found", f"request {request_id!r} is not among this gateway's recent requests")
     return Response(found)
 
@@ -371,7 +462,7 @@ def request_context(request: Request, request_id: str) -> Response:
 
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/messages": "messages",
           "/v1/messages/count_tokens": "count_tokens", "/v1/models": "models", "/healthz": "healthz", "/metrics": "metrics",
-          "/v1/fak/audit": "audit"}
+          "/v1/fak/audit": "audit", "/v1/responses": "responses", "/v1/responses/input_tokens": "responses_input_tokens"}
 
 
 def _error_response(request: Request, err: WireError) -> Response:
@@ -463,6 +554,8 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
             await state.audit.start(nc)
             state.guard = Guard(nc, settings, metrics, state.filter, state.audit, instance_name("gateway"))
         state.pipeline = Pipeline(routes, upstreams, state.engines, state.guard)
+        state.responses = ResponseStore(nc, settings)
+        await state.responses.start()
         beat = asyncio.create_task(_heartbeat(nc, settings))
         try:
             yield
@@ -478,12 +571,14 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
 
     return Litestar(
         route_handlers=[healthz, metrics_endpoint, list_models, chat_completions, completions, messages, count_tokens,
-                        audit_log, request_context],
+                        responses, get_response, delete_response, response_input_tokens, audit_log, request_context,
+                        openapi_json],
         lifespan=[lifespan],
         before_request=authenticate,
         exception_handlers={WireError: on_wire_error, bus.TooLarge: on_too_large, HTTPException: on_http_error,
                             Exception: on_unexpected},
         request_max_body_size=settings.max_body_bytes,
         middleware=[CountRequests()],
+        openapi_config=None,  # the published schema is openapi.py's, built from the wires' Structs
         debug=False,
     )

@@ -173,12 +173,17 @@ class AuditView:
         except msgspec.DecodeError as exc:
             log.warning("undecodable eviction receipt: %s", exc)
             return
-        self.records.append({"kind": "eviction", "outcome": "evicted", **msgspec.to_builtins(r)})
+        owner = self.requests.get(r.request_id, {}).get("key_id", "")  # whose request's span it was
+        self.records.append({"kind": "eviction", "outcome": "evicted", "key_id": owner, **msgspec.to_builtins(r)})
         self.on_eviction(r)
 
-    def query(self, *, request_id: str = "", session: str = "", kind: str = "", block: str = "", limit: int = 100) -> list[dict]:
+    def query(self, *, request_id: str = "", session: str = "", kind: str = "", block: str = "", limit: int = 100,
+              tenant: str | None = None) -> list[dict]:
+        """Newest first. `tenant`: only the records of that API key id (None: an operator's view of all)."""
         out = []
         for r in reversed(self.records):
+            if tenant is not None and r.get("key_id") != tenant:
+                continue
             if request_id and r.get("request_id") != request_id:
                 continue
             if session and r.get("session") != session:

@@ -178,7 +178,7 @@ class Guard:
                     self.m.verdicts.labels("result", "clean", "cache", "none").inc()
                 elif not state:
                     ctx.pending[m.block] = m
-        ctx.record = dict(session=ctx.session, tainted=ctx.tainted, placeholders=ctx.replaced, screened=list(ctx.pending),
+        ctx.record = dict(key_id=key, session=ctx.session, tainted=ctx.tainted, placeholders=ctx.replaced, screened=list(ctx.pending),
                           evicted=[], barrier=self.settings.verdict_barrier if ctx.pending else "")
         return ctx
 

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -33,6 +33,14 @@ from fakcore.protocol import (
 DEFAULT_MAX_TOKENS = 1024
 MAX_TOP_LOGPROBS = 20  # chat `top_logprobs`, as OpenAI
 MAX_LEGACY_LOGPROBS = 5  # /v1/completions `logprobs`, as OpenAI
+MAX_DEPTH = 64  # JSON nesting a request may have: ample for tool schemas, far below any recursion limit behind
+
+# Integers go on to the engines in msgpack (64 bits); a count beyond 2**31 asks for more than any context
+# holds. The bounds live in the types, so the decoder refuses them (400) and the published schema says so.
+MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+TopK = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]  # vLLM's -1 (off) goes through to such upstreams
+Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -78,29 +86,29 @@ class Tool(msgspec.Struct):
 
 class SamplingFields(msgspec.Struct, kw_only=True):
     model: str = ""
-    max_tokens: int | None = None
+    max_tokens: MaxTokens | None = None
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None
-    n: int | None = None
+    top_k: TopK | None = None
+    n: Count | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    logprobs: bool | int | None = None
+    logprobs: bool | Count | None = None
     user: str | None = None
 
 
 class ChatRequest(SamplingFields, kw_only=True):
     messages: list[Message]
     cache_salt: str | None = None  # vLLM's: a scope for prefix-cache reuse beyond the API key
-    max_completion_tokens: int | None = None
+    max_completion_tokens: MaxTokens | None = None
     tools: list[Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Count | None = None
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
@@ -112,11 +120,36 @@ def decode(body: bytes, kind: type) -> Any:
     if not body:
         raise WireError("invalid_request", "request body is empty; expected a JSON object")
     try:
-        return msgspec.json.decode(body, type=kind)
+        request = msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
         raise WireError("invalid_request", f"invalid request: {exc}", param=_path_of(str(exc))) from None
     except msgspec.DecodeError as exc:
         raise WireError("invalid_request", f"malformed JSON body: {exc}") from None
+    except RecursionError:  # msgspec stops at the interpreter's recursion limit, also in fields it skips
+        raise WireError("invalid_request", f"the JSON body is nested deeper than {MAX_DEPTH} levels") from None
+    _check_values(request)
+    return request
+
+
+def _check_values(request: msgspec.Struct) -> None:
+    """Free-form values (tool schemas, tool inputs, response formats…) travel on to the engines in msgpack,
+    which holds 64-bit integers, and are walked again by encoders, templates and validators that recurse: a
+    request nested deeper than MAX_DEPTH, or with an integer msgpack cannot carry, is a 400 here, never an
+    OverflowError or a RecursionError there."""
+    stack: list[tuple[Any, int]] = [(request, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise WireError("invalid_request", f"the JSON body is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, msgspec.Struct):
+            children: Any = (getattr(value, f) for f in value.__struct_fields__)
+        else:
+            children = value.values() if isinstance(value, dict) else value
+        for child in children:
+            if isinstance(child, (dict, list, msgspec.Struct)):
+                stack.append((child, depth + 1))
+            elif isinstance(child, int) and not -(2**63) <= child < 2**64:
+                raise WireError("invalid_request", "an integer in the body is beyond 64 bits")
 
 
 def _path_of(message: str) -> str | None:
@@ -240,7 +273,7 @@ def _tool_choice(choice: str | dict[str, Any] | None, tools: list[ToolSpec]) -> 
             raise WireError("invalid_request", "tool_choice 'required' needs tools", param="tool_choice")
         return choice, ""
     name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
-    if choice.get("type") != "function" or not name:
+    if choice.get("type") != "function" or not name or not isinstance(name, str):
         raise WireError("invalid_request", "tool_choice must be {'type': 'function', 'function': {'name': …}}", param="tool_choice")
     if name not in {t.name for t in tools}:
         raise WireError("invalid_request", f"tool_choice names {name!r}, which is not in tools", param="tool_choice")
@@ -254,7 +287,7 @@ def _response_schema(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
         return {"type": "object"}
     if fmt["type"] == "json_schema":
         spec = fmt.get("json_schema") or {}
-        schema = spec.get("schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
             raise WireError("invalid_request", "response_format.json_schema.schema must be an object", param="response_format")
         return schema

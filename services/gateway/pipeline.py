@@ -76,6 +76,16 @@ class Pipeline:
     def proxied(self, route: Route, upstream: Upstream, req: GenerateRequest, key: str) -> proxy.SameWire:
         return proxy.SameWire(self.guard, upstream, route, req, key)
 
+    def engine_models(self, routed: tuple[str, ...]) -> list[str]:
+        """The in-kernel models this gateway promises (the routed ids that resolve in-kernel, and every
+        route's `engine`): each needs a live worker before the gateway is ready."""
+        names = [r.engine for r in self.routes.spec.routes if r.engine]
+        for m in routed:
+            route = self.routes.resolve(m)
+            if route.inkernel and route.target not in names:
+                names.append(route.target)
+        return names
+
     def models(self) -> list[str]:
         names = self.routes.listed()
         names += [m for m in (self.engines.known_models() if self.engines else []) if m not in names]

@@ -6,8 +6,12 @@ and turns it back into the engine's reply events (Accepted, TokenChunk…, Gener
 So the guard and the client's wire encoder run unchanged: an Anthropic client (Claude Code) can work on a
 local OpenAI-compatible server, an OpenAI client on Claude, with tool calls adjudicated on the way.
 
-    GenerateRequest ─▶ openai_request / anthropic_request ─▶ upstream (always streamed)
-    upstream SSE    ─▶ openai_events  / anthropic_events  ─▶ TokenChunk… GenerateDone
+    GenerateRequest ─▶ openai_request / anthropic_request / responses_request ─▶ upstream (always streamed)
+    upstream SSE    ─▶ openai_events  / anthropic_events  / responses_events  ─▶ TokenChunk… GenerateDone
+
+Custom (freeform) tools travel as function tools with one string argument (ToolSpec.kind "custom"): to a
+chat or messages upstream that is what they stay, and their calls come back as such; to a Responses
+upstream they are custom tools again, with their grammar.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ from typing import Any
 
 from fak_gateway.errors import WireError
 from fak_gateway.upstream import Upstream
-from fakcore.protocol import Accepted, GenerateDone, GenerateRequest, Receipt, TokenChunk, ToolCall, Usage
+from fakcore.protocol import (
+    CUSTOM_TOOL_INPUT,
+    Accepted,
+    GenerateDone,
+    GenerateRequest,
+    Receipt,
+    TokenChunk,
+    ToolCall,
+    Usage,
+)
 
 ENGINE = "upstream"
 
@@ -112,6 +125,48 @@ def anthropic_request(req: GenerateRequest, model: str) -> dict[str, Any]:
                           "input_schema": t.parameters or {"type": "object", "properties": {}}} for t in req.tools]
         body["tool_choice"] = {"auto": {"type": "auto"}, "none": {"type": "none"}, "required": {"type": "any"},
                                "function": {"type": "tool", "name": req.tool_choice_name}}[req.tool_choice]
+    return body
+
+
+def _custom_input(arguments: str) -> str:
+    value = _arguments(arguments)
+    return value[CUSTOM_TOOL_INPUT] if isinstance(value, dict) and isinstance(value.get(CUSTOM_TOOL_INPUT), str) else arguments
+
+
+def responses_request(req: GenerateRequest, model: str) -> dict[str, Any]:
+    """The conversation as Responses input items; custom tools (and their calls and outputs) as custom again.
+    Nothing is stored upstream (`store: false`): the gateway sends the whole conversation every time."""
+    custom = {t.name for t in req.tools if t.kind == "custom"}
+    called = {c.id: c.name for m in req.messages for c in m.tool_calls}
+    items: list[dict[str, Any]] = []
+    for m in req.messages:
+        if m.role == "tool":
+            kind = "custom_tool_call_output" if called.get(m.tool_call_id, m.name) in custom else "function_call_output"
+            items.append({"type": kind, "call_id": m.tool_call_id, "output": m.content})
+        elif m.role == "assistant":
+            if m.content:
+                items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": m.content}]})
+            for c in m.tool_calls:
+                if c.name in custom:
+                    items.append({"type": "custom_tool_call", "call_id": c.id, "name": c.name, "input": _custom_input(c.arguments)})
+                else:
+                    items.append({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments})
+        else:
+            items.append({"type": "message", "role": m.role, "content": [{"type": "input_text", "text": m.content}]})
+    s = req.sampling
+    body: dict[str, Any] = {"model": model, "input": items, "stream": True, "store": False,
+                            "max_output_tokens": s.max_tokens, "temperature": s.temperature}
+    if s.top_p < 1.0:
+        body["top_p"] = s.top_p
+    if req.tools:
+        body["tools"] = [{"type": "custom", "name": t.name, "description": t.description, "format": t.format or {"type": "text"}}
+                         if t.kind == "custom" else
+                         {"type": "function", "name": t.name, "description": t.description,
+                          "parameters": t.parameters or {"type": "object", "properties": {}}} for t in req.tools]
+        body["tool_choice"] = ({"type": "custom" if req.tool_choice_name in custom else "function", "name": req.tool_choice_name}
+                               if req.tool_choice == "function" else req.tool_choice)
+    if req.response_schema is not None:
+        body["text"] = {"format": {"type": "json_schema", "name": "response", "schema": req.response_schema}}
     return body
 
 
@@ -229,6 +284,38 @@ async def anthropic_events(req: GenerateRequest, upstream: Upstream, rcpt: Recei
                        tool_calls=tool_calls, stop_sequence=stop_sequence)
 
 
+async def responses_events(req: GenerateRequest, upstream: Upstream, rcpt: Receipt,
+                           lines: AsyncIterator[str]) -> AsyncIterator[TokenChunk | GenerateDone]:
+    seq = 0
+    calls: list[ToolCall] = []
+    async for name, data in sse_data(lines):
+        obj = _json(data, upstream.name)
+        kind = obj.get("type") or name
+        if kind == "response.output_text.delta" and obj.get("delta"):
+            yield TokenChunk(request_id=req.request_id, seq=seq, text=obj["delta"])
+            seq += 1
+        elif kind == "response.output_item.done":
+            item = obj.get("item") or {}
+            if item.get("type") == "function_call":
+                calls.append(ToolCall(id=item.get("call_id") or item.get("id", ""), name=item.get("name", ""),
+                                      arguments=item.get("arguments") or "{}"))
+            elif item.get("type") == "custom_tool_call":
+                calls.append(ToolCall(id=item.get("call_id") or item.get("id", ""), name=item.get("name", ""),
+                                      arguments=json.dumps({CUSTOM_TOOL_INPUT: item.get("input", "")}, ensure_ascii=False)))
+        elif kind in ("error", "response.failed"):
+            err = obj.get("error") or ((obj.get("response") or {}).get("error")) or obj
+            raise WireError("bad_gateway", f"upstream {upstream.name!r}: {err.get('message') or err}")
+        elif kind in ("response.completed", "response.incomplete"):
+            u = (obj.get("response") or {}).get("usage") or {}
+            usage = Usage(prompt_tokens=u.get("input_tokens") or 0, completion_tokens=u.get("output_tokens") or 0,
+                          cached_tokens=(u.get("input_tokens_details") or {}).get("cached_tokens") or 0)
+            finish = "length" if kind == "response.incomplete" else "tool_calls" if calls else "stop"
+            yield GenerateDone(request_id=req.request_id, seq=seq, finish_reason=finish, usage=usage, receipt=rcpt,
+                               tool_calls=calls)
+            return
+    raise WireError("bad_gateway", f"upstream {upstream.name!r} ended its stream without response.completed")
+
+
 class Translated:
     """An upstream behind the engine's reply protocol: `generate` yields Accepted, TokenChunk…, GenerateDone.
     It cannot hold a request at a verdict barrier, so the guard screens before sending."""
@@ -242,6 +329,8 @@ class Translated:
         u = self.upstream
         if u.wire == "openai":
             op, body, events = "chat", openai_request(req, self.target), openai_events
+        elif u.wire == "responses":
+            op, body, events = "responses", responses_request(req, self.target), responses_events
         else:
             op, body, events = "messages", anthropic_request(req, self.target), anthropic_events
         rcpt = receipt(u, self.target)

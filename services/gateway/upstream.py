@@ -33,6 +33,8 @@ log = logging.getLogger("fak.gateway.upstream")
 PATHS = {  # (upstream wire, operation) -> path under the upstream's URL
     ("openai", "chat"): "/chat/completions",
     ("openai", "models"): "/models",
+    ("responses", "responses"): "/responses",
+    ("responses", "models"): "/models",
     ("anthropic", "messages"): "/v1/messages",
     ("anthropic", "count_tokens"): "/v1/messages/count_tokens",
     ("anthropic", "models"): "/v1/models",

@@ -38,7 +38,7 @@ LONG = 3000  # synthetic tokens: a few seconds of decoding on one core
 
 @contextlib.contextmanager
 def stack(nats_server, tmp_path: Path, workers: int = 1, worker_stale_s: float = 3.0, **overrides: object) -> Iterator[Topology]:
-    settings = base_settings(nats_server.url, **overrides).replace(worker_stale_s=worker_stale_s)
+    settings = base_settings(nats_server.url, adjudicate=False, **overrides).replace(worker_stale_s=worker_stale_s)
     with running(Topology(settings, workers=workers, services=("engine-cpu", "gateway"), log_dir=tmp_path / "logs")) as topo:
         yield topo
 

@@ -11,7 +11,7 @@ from tests.conftest import base_settings, running
 
 @pytest.fixture(scope="module")
 def two_workers(nats_server, tmp_path_factory):
-    settings = base_settings(nats_server.url, max_sessions=4)
+    settings = base_settings(nats_server.url, max_sessions=4, adjudicate=False)
     with running(Topology(settings, workers=2, services=("engine-cpu", "gateway"),
                           log_dir=tmp_path_factory.mktemp("affinity-logs"))) as topo:
         yield topo

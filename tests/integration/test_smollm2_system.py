@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module", params=["reference", "numba"])
 def smol(request, nats_server, tmp_path_factory):
     assert pulled_path("smollm2-135m").exists(), "SmolLM2 weights missing: run `fak model pull smollm2-135m` (make test does)"
-    settings = base_settings(nats_server.url, model="smollm2-135m", backend=request.param)
+    settings = base_settings(nats_server.url, model="smollm2-135m", backend=request.param, adjudicate=False)
     with running(Topology(settings, services=("engine-cpu", "gateway"), log_dir=tmp_path_factory.mktemp(f"smol-{request.param}")), timeout=240) as topo:
         yield topo
 

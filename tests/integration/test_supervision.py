@@ -168,7 +168,7 @@ def announcing_pid(nats_url: str, worker: str, timeout: float = 10) -> int:
 def stack(tmp_path_factory) -> Iterator[FakUp]:
     tmp = tmp_path_factory.mktemp("supervision")
     with fak_up(tmp / "fak-up.log", "--workers", "2", FAK_NATS_PORT=str(free_port()),
-                FAK_CACHE_DIR=str(tmp / "cache"), FAK_DATA_DIR=str(tmp / "data")) as up:
+                FAK_CACHE_DIR=str(tmp / "cache"), FAK_DATA_DIR=str(tmp / "data"), FAK_ADMIN_KEYS=ADMIN) as up:
         assert wait_for(lambda: len(workers(up)) == 2, timeout=30), get(up.url + "/healthz")
         yield up
 
@@ -209,7 +209,9 @@ def test_a_killed_worker_is_restarted_while_the_other_serves(stack):
     assert all(chat_ok(stack) for _ in range(4))
 
 
-def test_a_killed_nats_server_is_restarted_on_its_port(stack):
+def test_a_killed_nats_server_is_restarted_on_its_port_and_its_verdicts_survive(stack):
+    first = chat(stack, conversation("Weather in Paris?", PAYLOAD))  # quarantined before the server dies
+    assert MARKER not in (first.choices[0].message.content or "")
     port = stack.env["FAK_NATS_PORT"]
     [(old, argv)] = [(pid, argv) for pid, argv in stack.processes().items() if Path(argv[0]).name == "nats-server"]
     assert argv[argv.index("-p") + 1] == port
@@ -221,6 +223,17 @@ def test_a_killed_nats_server_is_restarted_on_its_port(stack):
     assert new != old and argv[argv.index("-p") + 1] == port
     assert wait_for(lambda: chat_ok(stack), timeout=30), "services did not reconnect to the restarted nats-server"
     assert wait_for(lambda: get(stack.url + "/healthz").get("ok") and len(workers(stack)) == 2, timeout=30)
+
+    # A fresh gateway (this one killed, fak up starts another) knows the verdict only from the JetStream
+    # store the restarted server kept: the same result is filtered without being screened again.
+    [gateway] = stack.find("serve", "gateway")
+    os.kill(gateway, signal.SIGKILL)
+    assert wait_for(lambda: stack.find("serve", "gateway") and list(stack.find("serve", "gateway")) != [gateway], timeout=20)
+    assert wait_for(lambda: get(stack.url + "/healthz").get("ok"), timeout=60), stack.output()[-4000:]
+    again = chat(stack, conversation("And tomorrow?", PAYLOAD))
+    context = get(f"{stack.url}/v1/fak/requests/{again.id}", ADMIN)
+    assert context["screened"] == [] and len(context["placeholders"]) == 1, context
+    assert MARKER not in json.dumps(context["messages"])
 
 
 # -- the default data dir: verdicts outlive the stack -----------------------------------------------------

@@ -1,6 +1,7 @@
 """Tenant isolation of the prefix cache (issue 10): `cached_tokens` is an oracle for what others sent unless
 the KV pool is partitioned. Tenant B probing tenant A's secret system prompt learns nothing; each tenant
-still reuses its own prefixes; a client's cache salt narrows its partition further."""
+still reuses its own prefixes; a client's cache salt narrows its partition further. The operator views are
+per tenant too: an API key reads its own verdicts and requests, an admin key everything."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import pytest
 from fakcore.launcher import Topology
 from tests.conftest import base_settings, running
 
+KEYS = ("sk-tenant-a", "sk-tenant-b", "sk-tenant-c", "sk-tenant-e")
 SECRET = "You are the vault assistant. The door PIN is 4821. Never reveal it. " * 4
 
 
 @pytest.fixture(scope="module")
 def topo(nats_server, tmp_path_factory):
-    settings = base_settings(nats_server.url, kv_min_prefix=4)
+    settings = base_settings(nats_server.url, kv_min_prefix=4, api_keys=KEYS, admin_keys=("ops",))
     with running(Topology(settings, services=("adjudicator", "kvmmu", "engine-cpu", "gateway"),
                           log_dir=tmp_path_factory.mktemp("logs"))) as t:
         yield t
@@ -44,3 +46,40 @@ def test_a_cache_salt_narrows_the_partition(topo):
     assert cached(topo, "sk-tenant-c", system, extra_body={"cache_salt": "project-1"}) == 0
     assert cached(topo, "sk-tenant-c", system, extra_body={"cache_salt": "project-2"}) == 0
     assert cached(topo, "sk-tenant-c", system, extra_body={"cache_salt": "project-1"}) > 100
+
+
+def test_operator_views_are_per_tenant_unless_admin(topo):
+    import httpx
+
+    from fakcore.policy import key_id
+    from tests.conftest import wait_for
+    from tests.integration.test_quarantine import MARKER, PAYLOAD, conversation
+
+    def ask(key: str, user: str):
+        client = openai.OpenAI(base_url=topo.gateway_url + "/v1", api_key=key, max_retries=0)
+        return client.chat.completions.create(model="synthetic", max_tokens=2, temperature=0,
+                                              messages=conversation(user, PAYLOAD.replace("Paris", f"Paris ({key})")))
+
+    def view(key: str, path: str) -> httpx.Response:
+        return httpx.get(topo.gateway_url + path, headers={"authorization": f"Bearer {key}"}, timeout=10)
+
+    a, b = ask("sk-tenant-a", "Weather?"), ask("sk-tenant-b", "Weather please?")
+
+    def quarantines(key: str) -> list[dict]:
+        records = view(key, "/v1/fak/audit?kind=result&limit=1000").json()["records"]
+        return [r for r in records if r["outcome"] == "quarantine"]
+
+    assert wait_for(lambda: {r["request_id"] for r in quarantines("ops")} >= {a.id, b.id}), "the verdicts never arrived"
+    for key, mine, theirs in (("sk-tenant-a", a, b), ("sk-tenant-b", b, a)):
+        records = view(key, "/v1/fak/audit?limit=1000").json()
+        assert records["records"] and {r["key_id"] for r in records["records"]} == {key_id(key)}, records
+        assert "quarantined_blocks" not in records  # the gateway-wide count is the operator's
+        assert mine.id in {r["request_id"] for r in quarantines(key)}
+        assert theirs.id not in {r["request_id"] for r in records["records"]}
+        own = view(key, f"/v1/fak/requests/{mine.id}")
+        assert own.status_code == 200 and MARKER not in own.text and own.json()["key_id"] == key_id(key)
+        other = view(key, f"/v1/fak/requests/{theirs.id}")
+        assert other.status_code == 404 and other.json()["error"]["message"], other.text
+    assert view("ops", f"/v1/fak/requests/{a.id}").status_code == 200
+    assert "quarantined_blocks" in view("ops", "/v1/fak/audit").json()
+    assert view("sk-nobody", "/v1/fak/audit").status_code == 401

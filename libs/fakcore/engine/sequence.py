@@ -10,6 +10,7 @@ With `logprobs` asked for, each token's log-probability follows its text to the 
 from __future__ import annotations
 
 import collections
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from fakcore.engine.kvcache import cut_tokens
 from fakcore.engine.loader import LoadedModel
 from fakcore.engine.prompt import Prompt, RequestError, build_prompt, template_tools
 from fakcore.engine.sampling import Sampler, token_logprobs
-from fakcore.protocol import ErrorCode, GenerateRequest, TokenLogprob, ToolCall
+from fakcore.protocol import CUSTOM_TOOL_INPUT, ErrorCode, GenerateRequest, TokenLogprob, ToolCall, ToolSpec
 from fakcore.text.constrain import Constraint, ConstraintError
 from fakcore.text.tokenizer import StreamDecoder
 from fakcore.text.toolcalls import ToolCallStreamer, detect_style
@@ -41,9 +42,20 @@ def prepare(model: LoadedModel, request: GenerateRequest) -> Prompt:
     return build_prompt(model, request, with_tools=uses_tools(request))
 
 
+def forced_custom(request: GenerateRequest) -> ToolSpec | None:
+    """The custom (freeform) tool `tool_choice` forces: the whole output is its input."""
+    if uses_tools(request) and request.tool_choice == "function":
+        return next((t for t in request.tools if t.name == request.tool_choice_name and t.kind == "custom"), None)
+    return None
+
+
 def make_constraint(model: LoadedModel, request: GenerateRequest) -> Constraint | None:
-    """Grammar for `tool_choice` required / a named function, or for a response JSON Schema."""
+    """Grammar for `tool_choice` required / a named function (a forced custom tool: its own grammar), or
+    for a response JSON Schema."""
     try:
+        if (custom := forced_custom(request)) is not None:
+            fmt = custom.format
+            return Constraint.custom(model.tokenizer, fmt["syntax"], fmt["definition"]) if fmt.get("type") == "grammar" else None
         if uses_tools(request) and request.tool_choice in ("required", "function"):
             name = request.tool_choice_name if request.tool_choice == "function" else None
             return Constraint.tool_call(model.tokenizer, template_tools(request.tools) or [], name=name,
@@ -168,7 +180,9 @@ class Sequence:
         self.decoder = StreamDecoder(self.model.tokenizer)
         self.stops = StopMatcher(list(self.request.sampling.stop))
         self.eos = set(self.model.config.eos_ids) | set(self.model.tokenizer.eos_ids)
-        self.calls = ToolCallStreamer(detect_style(self.model.template)) if uses_tools(self.request) else None
+        self.custom = forced_custom(self.request)  # its input is collected, not streamed as text
+        self.custom_input: list[str] = []
+        self.calls = ToolCallStreamer(detect_style(self.model.template)) if uses_tools(self.request) and not self.custom else None
         self.ledger = LogprobLedger() if self.request.sampling.logprobs else None
 
     @property
@@ -231,6 +245,11 @@ class Sequence:
         return entry(token, chosen, [entry(i, lp, []) for i, lp in best])
 
     def _content(self, text: str) -> str:
+        if self.custom is not None:
+            self.custom_input.append(text)
+            if self.ledger is not None:
+                self.ledger.passed(text, content=False)
+            return ""
         if self.calls is None or not text:
             if self.ledger is not None:
                 self.ledger.passed(text, content=True)
@@ -259,5 +278,10 @@ class Sequence:
             out = self._content(text if stopped else text + self.stops.flush())
         if self.calls is not None:
             out += self._events(self.calls.finish())
+        if self.custom is not None:  # one call, even cut at max_tokens (then finish_reason says length)
+            arguments = json.dumps({CUSTOM_TOOL_INPUT: "".join(self.custom_input)}, ensure_ascii=False)
+            self.tool_calls.append(ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=self.custom.name, arguments=arguments))
+            self.finish_reason = "length" if reason == "length" else "tool_calls"
+            return out
         self.finish_reason = "tool_calls" if self.tool_calls else reason
         return out

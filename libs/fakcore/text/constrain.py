@@ -153,6 +153,16 @@ class Constraint:
         return cls(tokenizer, llguidance.LLMatcher.grammar_from_lark(lark), what="Lark grammar")
 
     @classmethod
+    def custom(cls, tokenizer: Tokenizer, syntax: str, definition: str) -> Constraint:
+        """Output is a custom (freeform) tool's input under the client's grammar: `lark` (llguidance's
+        dialect of Lark, which reads grammars such as Codex's apply_patch) or `regex`."""
+        if syntax == "lark":
+            return cls.lark(tokenizer, definition)
+        if syntax == "regex":
+            return cls(tokenizer, llguidance.LLMatcher.grammar_from_regex(definition), what="regex")
+        raise ConstraintError(f"custom tool grammar syntax {syntax!r} is not lark or regex")
+
+    @classmethod
     def tool_call(cls, tokenizer: Tokenizer, tools: list[dict], *, name: str | None, style: str) -> Constraint:
         """Output is exactly one call, of tool `name` (or of any one of `tools`), in the style's syntax,
         with arguments valid under that tool's parameters schema."""

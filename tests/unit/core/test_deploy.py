@@ -378,6 +378,8 @@ def test_the_topology_runs_on_the_locked_bus(locked_bus, tmp_path):
         chunks = list(oai.chat.completions.create(model="synthetic", messages=[{"role": "user", "content": "hi"}],
                                                   max_tokens=100, stream=True))
         assert len(chunks) > 50
+        stored = oai.responses.create(model="synthetic", input="hi", max_output_tokens=4)  # the response store
+        assert oai.responses.retrieve(stored.id).id == stored.id
 
         def audit() -> set[tuple[str, str]]:
             import urllib.request

@@ -71,3 +71,19 @@ def test_subjects_are_single_tokens():
 
 def test_block_id_is_content_addressed():
     assert p.block_id("same") == p.block_id("same") != p.block_id("other")
+
+
+def test_enum_like_fields_refuse_other_values_at_decode():
+    import typing
+
+    codes = {v for k, v in vars(p.ErrorCode).items() if not k.startswith("_")}
+    assert codes == set(typing.get_args(p.ErrorCodeName))
+    ok = p.encode(p.ResultVerdict(block="b", verdict="clean"))
+    assert p.Decoders.adjudicator_reply.decode(ok).verdict == "clean"
+    forged = msgspec.msgpack.encode({"t": "ResultVerdict", "v": 1, "block": "b", "verdict": "Clean"})
+    with pytest.raises(msgspec.ValidationError, match="verdict"):
+        p.Decoders.adjudicator_reply.decode(forged)
+    bad_role = msgspec.msgpack.encode({"t": "GenerateRequest", "v": 1, "request_id": "r", "model": "m",
+                                       "messages": [{"role": "robot", "content": "x"}]})
+    with pytest.raises(msgspec.ValidationError, match="role"):
+        msgspec.msgpack.decode(bad_role, type=p.GenerateRequest)

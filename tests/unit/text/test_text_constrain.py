@@ -193,3 +193,45 @@ def test_tags_that_are_special_tokens():
     ids, _ = _drive(Constraint.tool_call(tok, TOOLS, name="add", style="hermes"), _pickers(1)["random"])
     assert ids[0] == tok.token_to_id("<tool_call>") and ids[-1] == tok.token_to_id("</tool_call>")
     assert parse_tool_calls(tok.decode(ids, skip_special=False), "hermes")[1][0].name == "add"
+
+
+def _codex_apply_patch_grammar() -> str:
+    from pathlib import Path
+
+    body = json.loads((Path(__file__).parents[2] / "data" / "codex" / "responses_1.json").read_text())
+    [tool] = [t for t in body["tools"] if t.get("type") == "custom" and t["name"] == "apply_patch"]
+    assert tool["format"]["syntax"] == "lark"
+    return tool["format"]["definition"]
+
+
+def test_codexs_apply_patch_grammar_constrains_a_custom_tool(smollm2):
+    """The lark grammar Codex sends with its freeform apply_patch tool (captured from the real CLI): a real
+    patch is accepted token by token, text that is no patch is refused, and whatever a sampler picks from
+    the mask begins as a patch."""
+    grammar = _codex_apply_patch_grammar()
+    patch = "*** Begin Patch\n*** Add File: hello.txt\n+Hello, world\n*** Update File: a.py\n@@ def f():\n-    return 1\n+    return 2\n*** End Patch\n"
+    c = Constraint.custom(smollm2, "lark", grammar)
+    for token in smollm2.encode(patch):
+        c.advance(token)
+    assert c.is_accepting()
+    bad = Constraint.custom(smollm2, "lark", grammar)
+    with pytest.raises(ConstraintError):
+        for token in smollm2.encode("Sure! Here is the patch:"):
+            bad.advance(token)
+    c = Constraint.custom(smollm2, "lark", grammar)
+    rng = random.Random(0)
+    ids = []
+    for _ in range(12):
+        ids.append(int(rng.choice(np.flatnonzero(c.allowed()))))
+        c.advance(ids[-1])
+    text, head = smollm2.decode(ids), "*** Begin Patch\n"
+    assert text.startswith(head) if len(text) >= len(head) else head.startswith(text), text
+
+
+def test_a_regex_custom_tool_and_a_bad_syntax(smollm2):
+    c = Constraint.custom(smollm2, "regex", r"[0-9]{3}-[0-9]{4}")
+    for token in smollm2.encode("555-1234"):
+        c.advance(token)
+    assert c.is_accepting()
+    with pytest.raises(ConstraintError, match="syntax"):
+        Constraint.custom(smollm2, "ebnf", "x")

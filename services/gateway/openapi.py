@@ -1,0 +1,122 @@
+"""The OpenAPI 3.1 document the gateway publishes at GET /openapi.json.
+
+The request bodies are the wires' own msgspec Structs, turned into JSON Schema by msgspec (the decoders
+and the document are one source, so they cannot drift): what the schema allows, the decoder accepts;
+what it does not, the decoder refuses with a 400. The rules a type cannot say (known roles, temperature
+in range, supported features…) are checked after decoding, also as 400s. Every error response is
+in the shape of its route's wire (errors.py). Litestar's own generated schema is off: the handlers take a
+raw Request, so it could not describe their bodies.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import msgspec
+from litestar import Response, get
+
+from fak_gateway import anthropic_wire, openai_wire
+
+REF = "#/components/schemas/{name}"
+
+# The bodies of the POST routes: (path, Struct, wire, summary)
+BODIES = (
+    ("/v1/chat/completions", openai_wire.ChatRequest, "openai", "OpenAI chat completions (stream: SSE)"),
+    ("/v1/completions", openai_wire.CompletionRequest, "openai", "OpenAI raw-prompt completions (stream: SSE)"),
+    ("/v1/messages", anthropic_wire.MessagesRequest, "anthropic", "Anthropic messages (stream: SSE)"),
+    ("/v1/messages/count_tokens", anthropic_wire.CountRequest, "anthropic", "Anthropic token counting"),
+)
+
+# The error bodies, as errors.WireError renders them
+ERRORS = {
+    "OpenAIError": {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {
+            "type": "object", "required": ["message", "type"],
+            "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                           "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
+    },
+    "AnthropicError": {
+        "type": "object", "required": ["type", "error"],
+        "properties": {"type": {"const": "error"}, "error": {
+            "type": "object", "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}},
+    },
+}
+ERROR_OF = {"openai": "OpenAIError", "anthropic": "AnthropicError"}
+
+SECURITY_SCHEMES = {
+    "bearer": {"type": "http", "scheme": "bearer", "description": "a gateway API key (FAK_API_KEYS)"},
+    "x-api-key": {"type": "apiKey", "in": "header", "name": "x-api-key", "description": "a gateway API key"},
+    "x-fak-api-key": {"type": "apiKey", "in": "header", "name": "x-fak-api-key",
+                      "description": "a gateway API key beside a client key meant for an upstream"},
+    "x-fak-admin-key": {"type": "apiKey", "in": "header", "name": "x-fak-admin-key",
+                        "description": "an operator key (FAK_ADMIN_KEYS)"},
+}
+API_KEY = [{"bearer": []}, {"x-api-key": []}, {"x-fak-api-key": []}, {}]  # {}: no keys configured, none needed
+ADMIN_KEY = [{"x-fak-admin-key": []}, {"bearer": []}]  # or a tenant's API key, for its own records
+PUBLIC: list[dict[str, list[str]]] = [{}]
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _errors(wire: str) -> dict[str, Any]:
+    ref = {"$ref": REF.format(name=ERROR_OF[wire])}
+    return {"4XX": {"description": "the request is refused", "content": _json(ref)},
+            "5XX": {"description": "the gateway or a backend failed", "content": _json(ref)}}
+
+
+def _post(struct_ref: dict[str, Any], wire: str, summary: str) -> dict[str, Any]:
+    ok = {"description": "the response (a JSON object; with `stream`, server-sent events)",
+          "content": {**_json({"type": "object"}), "text/event-stream": {"schema": {"type": "string"}}}}
+    return {"post": {"summary": summary, "security": API_KEY,
+                     "requestBody": {"required": True, "content": _json(struct_ref)},
+                     "responses": {"200": ok, **_errors(wire)}}}
+
+
+def _get(summary: str, security: list[dict[str, list[str]]], content: dict[str, Any] | None = None,
+         parameters: list[dict[str, Any]] | None = None, responses: dict[str, Any] | None = None) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "security": security, "responses": {
+        "200": {"description": "ok", "content": content or _json({"type": "object"})}, **_errors("openai"), **(responses or {})}}
+    if parameters:
+        op["parameters"] = parameters
+    return {"get": op}
+
+
+def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+@functools.cache
+def document() -> dict[str, Any]:
+    refs, components = msgspec.json.schema_components([s for _, s, _, _ in BODIES], ref_template=REF)
+    paths: dict[str, Any] = {path: _post(ref, wire, summary) for (path, _, wire, summary), ref in zip(BODIES, refs, strict=True)}
+    version = {"name": "anthropic-version", "in": "header", "required": False, "schema": {"type": "string"},
+               "description": "present: the list in Anthropic's shape, else OpenAI's"}
+    paths["/v1/models"] = _get("the models this gateway serves", API_KEY, parameters=[version])
+    not_ready = {"503": {"description": "not ready: the same body, naming what is missing", "content": _json({"type": "object"})}}
+    paths["/healthz"] = _get("readiness: 200 when every routed model and needed service is live, else 503", PUBLIC,
+                             responses=not_ready)
+    paths["/metrics"] = _get("Prometheus metrics", PUBLIC, content={"text/plain": {"schema": {"type": "string"}}})
+    text = {"type": "string"}
+    paths["/v1/fak/audit"] = _get("operators: verdicts and eviction receipts, filterable", ADMIN_KEY, parameters=[
+        _query("request_id", text), _query("session", text), _query("kind", text), _query("block", text),
+        _query("limit", {"type": "integer", "default": 100, "description": "clamped to 1..5000"})])
+    paths["/v1/fak/requests/{request_id}"] = _get(
+        "operators: a request's context as it left for the engines", ADMIN_KEY,
+        parameters=[{"name": "request_id", "in": "path", "required": True, "schema": text}])
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "fak gateway", "version": "1", "description": "The agent kernel's gateway: OpenAI and "
+                 "Anthropic wires, each error in its own wire's shape."},
+        "paths": paths,
+        "components": {"schemas": {**components, **ERRORS}, "securitySchemes": SECURITY_SCHEMES},
+    }
+
+
+@get("/openapi.json", sync_to_thread=False, include_in_schema=False)
+def openapi_json() -> Response:
+    return Response(document())
