@@ -6,6 +6,7 @@
     kv         exact/shift eviction cost vs re-prefill; time to first token with a prefix hit vs cold
     screening  tool-result screening: TPR at 1% FPR, latency; gateway added latency
     agentdojo  screening on AgentDojo's data (independent evaluation; needs the agentdojo package)
+    sessions   200 concurrent sessions (both wires, streaming, tool results) through the gateway: errors, p50/p90/p99
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import importlib
 import sys
 
 BENCHES = {"gateway": "bench.gateway", "upstream": "bench.upstream", "engine": "bench.engine", "kv": "bench.kv",
-           "screening": "bench.screening", "agentdojo": "bench.agentdojo_eval"}
+           "screening": "bench.screening", "agentdojo": "bench.agentdojo_eval", "sessions": "bench.sessions"}
 
 
 def main(argv: list[str]) -> int:

@@ -349,6 +349,11 @@ async def responses(request: Request) -> Response | Stream:
     pipeline = _pipeline(state)
     route = pipeline.route(r.model)
     key = _key_id(request)
+    upstream = pipeline.same_wire(route, "responses")
+    if upstream is not None:  # Responses -> Responses: the client's JSON goes through (the upstream stores)
+        turn = responses_wire.to_bus(r, [], _session(request), strict=False)
+        return await _proxied(state, request, "responses", "responses",
+                              pipeline.proxied(route, upstream, turn.req, key).responses(body, request.headers, r.stream))
     store = _store(state)
     history = await store.conversation(r.previous_response_id, key) if r.previous_response_id else []
     turn = responses_wire.to_bus(r, history, _session(request))

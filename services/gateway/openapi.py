@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from litestar import Response, get
 
-from fak_gateway import anthropic_wire, openai_wire
+from fak_gateway import anthropic_wire, openai_wire, responses_wire
 
 REF = "#/components/schemas/{name}"
 
@@ -26,6 +26,8 @@ BODIES = (
     ("/v1/completions", openai_wire.CompletionRequest, "openai", "OpenAI raw-prompt completions (stream: SSE)"),
     ("/v1/messages", anthropic_wire.MessagesRequest, "anthropic", "Anthropic messages (stream: SSE)"),
     ("/v1/messages/count_tokens", anthropic_wire.CountRequest, "anthropic", "Anthropic token counting"),
+    ("/v1/responses", responses_wire.ResponsesRequest, "openai", "OpenAI Responses (stream: SSE; stored for previous_response_id)"),
+    ("/v1/responses/input_tokens", responses_wire.InputTokensRequest, "openai", "OpenAI Responses input token count"),
 )
 
 # The error bodies, as errors.WireError renders them

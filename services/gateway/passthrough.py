@@ -120,18 +120,21 @@ def redact_anthropic(body: bytes, lookup: Lookup, model: str | None = None) -> t
     return _splice(s, edits).encode("utf-8"), replaced, withheld
 
 
-def redact_openai(body: dict[str, Any], lookup: Lookup, model: str) -> list[str]:
-    """In place: the model name, and the content of quarantined tool messages. Returns the blocks replaced."""
+def redact_openai(body: dict[str, Any], lookup: Lookup, model: str) -> tuple[list[str], int]:
+    """In place: the model name, and the content of quarantined tool messages. Returns the blocks replaced
+    and the bytes of tool output withheld (the body is re-serialised: its length says nothing of that)."""
     body["model"] = model
-    replaced = []
+    replaced, withheld = [], 0
     for m in body.get("messages") or []:
         if isinstance(m, dict) and m.get("role") == "tool":
-            block = block_id(result_text(m.get("content")))
+            original = result_text(m.get("content"))
+            block = block_id(original)
             text = lookup(block)
             if text is not None:
                 m["content"] = text
                 replaced.append(block)
-    return replaced
+                withheld += len(original.encode())
+    return replaced, withheld
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from fak_gateway import passthrough
+from fak_gateway import passthrough, responses_passthrough
 from fak_gateway.guard import Guard
 from fak_gateway.upstream import Upstream
 from fakcore.protocol import GenerateRequest, ToolCall
@@ -83,11 +83,22 @@ class SameWire:
         """OpenAI → OpenAI: the client's JSON, model rewritten and quarantined tool messages replaced."""
         await self.screen()
         data = json.loads(body)
-        replaced = passthrough.redact_openai(data, self.lookup, self.route.target)
+        replaced, withheld = passthrough.redact_openai(data, self.lookup, self.route.target)
         out = body if not replaced and self.route.target == self.route.model else json.dumps(data, ensure_ascii=False).encode()
-        fak_headers = self._redacted(replaced, len(body) - len(out) if replaced else 0)
+        fak_headers = self._redacted(replaced, withheld)
         return await self._send("chat", out, self.upstream.headers(headers, same_wire=True), "", stream, fak_headers,
                                 passthrough.openai_stream, passthrough.openai_json)
+
+    async def responses(self, body: bytes, headers: Mapping[str, str], stream: bool) -> Proxied:
+        """Responses → Responses: the client's JSON (reasoning items, previous_response_id and all), model
+        rewritten and quarantined tool outputs replaced."""
+        await self.screen()
+        data = json.loads(body)
+        replaced, withheld = responses_passthrough.redact(data, self.lookup, self.route.target)
+        out = body if not replaced and self.route.target == self.route.model else json.dumps(data, ensure_ascii=False).encode()
+        fak_headers = self._redacted(replaced, withheld)
+        return await self._send("responses", out, self.upstream.headers(headers, same_wire=True), "", stream, fak_headers,
+                                responses_passthrough.relay, responses_passthrough.judge_json)
 
     async def _send(self, op: str, body: bytes, headers: dict[str, str], query: str, stream: bool,
                     fak_headers: dict[str, str], relay: Any, rewrite: Any) -> Proxied:

@@ -80,9 +80,33 @@ def test_a_custom_tool_call_from_a_responses_upstream(client, resp_up, stream):
               else client.responses.create(**kwargs).output)
     [call] = [o for o in output if o.type == "custom_tool_call"]
     assert call.name == "apply_patch" and call.input == PATCH and call.call_id
-    sent = resp_up.requests[-1].json()
-    assert sent["tools"] == [APPLY_PATCH] and sent["stream"] is True and sent["store"] is False
+    sent = resp_up.requests[-1].json()  # passthrough: the client's own request
+    assert sent["tools"] == [APPLY_PATCH] and sent.get("stream", False) is stream and "store" not in sent
     assert resp_up.requests[-1].header("authorization") == "Bearer sk-client"
+
+
+def test_passthrough_keeps_what_only_the_upstream_understands(topo, resp_up):
+    """Encrypted reasoning items, previous_response_id into the upstream's own store, include: all forwarded."""
+    import httpx
+
+    resp_up.script(text("fine"))
+    body = {"model": "gpt-4.1", "previous_response_id": "resp_upstream_1", "include": ["reasoning.encrypted_content"],
+            "input": [{"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA-opaque"},
+                      {"role": "user", "content": "go on"}], "reasoning": {"effort": "high"}}
+    r = httpx.post(topo.gateway_url + "/v1/responses", json=body, headers={"authorization": "Bearer sk-client"}, timeout=30)
+    assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "fine"
+    assert resp_up.requests[-1].json() == body and r.headers["x-fak-upstream"] == "resp"
+
+
+def test_a_chat_client_on_a_responses_upstream_is_translated(topo, resp_up):
+    resp_up.script(tool_use("get_weather", {"city": "Paris"}))
+    chat = openai.OpenAI(base_url=topo.gateway_url + "/v1", api_key="sk-client", max_retries=0)
+    r = chat.chat.completions.create(model="gpt-4.1", messages=[{"role": "user", "content": "Weather?"}], tools=[
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}])
+    [call] = r.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+    sent = resp_up.requests[-1].json()
+    assert sent["input"][0]["content"][0] == {"type": "input_text", "text": "Weather?"} and sent["stream"] is True
 
 
 def test_a_chat_only_upstream_gets_custom_tools_as_functions_and_the_call_comes_back_custom(client, chat_up):
@@ -175,7 +199,7 @@ def test_the_openai_agents_sdk_runs_an_agent_with_a_tool_through_fak(topo, resp_
     result = Runner.run_sync(_agent(topo, "gpt-4.1", calls), "Weather in Paris?")
     assert result.final_output == "It is sunny in Paris." and calls == ["Paris"]
     second = resp_up.requests[before + 1].json()
-    [output] = [i for i in second["input"] if i["type"] == "function_call_output"]
+    [output] = [i for i in second["input"] if i.get("type") == "function_call_output"]
     assert output["output"] == "Sunny in Paris, 24C."
 
 

@@ -57,7 +57,7 @@ def test_a_quarantined_block_is_the_only_difference():
 def test_openai_redaction_rewrites_model_and_tool_content():
     body = {"model": "gpt-x", "messages": [{"role": "tool", "tool_call_id": "c1", "content": POISON},
                                            {"role": "user", "content": POISON}]}
-    assert redact_openai(body, lookup_poison, "local-model") == [block_id(POISON)]
+    assert redact_openai(body, lookup_poison, "local-model") == ([block_id(POISON)], len(POISON.encode()))
     assert body["model"] == "local-model" and body["messages"][0]["content"] == "[fak: withheld]"
     assert body["messages"][1]["content"] == POISON  # only tool results are screened content
 
@@ -151,3 +151,43 @@ async def test_openai_json_drops_denied_calls():
     msg = data["choices"][0]["message"]
     assert [c["id"] for c in msg["tool_calls"]] == ["b"] and msg["content"] == "refused Bash"
     assert data["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_responses_redaction_replaces_quarantined_outputs_only():
+    from fak_gateway.responses_passthrough import redact
+
+    parts = [{"type": "input_text", "text": POISON}]
+    body = {"model": "gpt-x", "input": [{"type": "function_call_output", "call_id": "c1", "output": POISON},
+                                        {"type": "custom_tool_call_output", "call_id": "c2", "output": parts},
+                                        {"role": "user", "content": POISON},
+                                        {"type": "reasoning", "encrypted_content": "opaque"}]}
+    assert redact(body, lookup_poison, "local-model") == ([block_id(POISON)] * 2, 2 * len(POISON.encode()))
+    assert body["model"] == "local-model"
+    assert [i.get("output") for i in body["input"][:2]] == ["[fak: withheld]"] * 2
+    assert body["input"][2]["content"] == POISON and body["input"][3]["encrypted_content"] == "opaque"
+
+
+async def test_responses_stream_holds_calls_and_renumbers_events():
+    import json as _json
+
+    from fak_gateway.responses_passthrough import relay
+
+    def ev(kind, **f):
+        return [f"event: {kind}", "data: " + _json.dumps({"type": kind, "sequence_number": 99, **f}), ""]
+
+    call = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "Bash", "arguments": "{}"}
+    lines = [*ev("response.created", response={}), *ev("response.output_item.added", output_index=0, item=call),
+             *ev("response.function_call_arguments.delta", item_id="fc_1", output_index=0, delta="{}"),
+             *ev("response.output_item.done", output_index=0, item=call),
+             *ev("response.completed", response={"output": [call]})]
+
+    async def source():
+        for line in lines:
+            yield line
+
+    out = [chunk async for chunk in relay(source(), _deny_bash)]
+    events = [_json.loads(c.split(b"data: ", 1)[1]) for c in out]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert not any("function_call" in e["type"] for e in events)
+    assert events[-1]["response"]["output"][0]["type"] == "message"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "refused Bash"
