@@ -352,14 +352,24 @@ def up(settings: Settings, workers: int = 1) -> int:
         say(str(exc))
         return 1
     s = topo.settings
+    targets = None
+    if s.prometheus_targets != "off":
+        from fakcore.targets import Targets
+
+        path = Path(s.prometheus_targets).expanduser() if s.prometheus_targets else cache_dir(s.cache_dir) / "prometheus" / "targets.json"
+        targets = Targets(s, path).start()
     serves = (f"model {s.model}, backend {s.backend}" if "engine-cpu" in topo.services else "") + \
         (f"{', ' if 'engine-cpu' in topo.services else ''}upstream {s.base_url or s.routes}" if table.upstreams else "")
     print(f"fak is up in {time.monotonic() - t0:.1f}s: gateway {topo.gateway_url}  ({serves}, "
           f"nats {s.nats_url}{f' embedded, data {topo.nats.data_dir}' if topo.nats else ''})", flush=True)
     print(f"  OpenAI:    {topo.gateway_url}/v1    Anthropic: {topo.gateway_url}    health: {topo.gateway_url}/healthz", flush=True)
+    if targets is not None:
+        print(f"  Prometheus file-SD targets: {targets.path}", flush=True)
     try:
         topo.supervise(lambda: stopping)
     finally:
         say("stopping")
+        if targets is not None:
+            targets.stop()
         topo.stop()
     return 0

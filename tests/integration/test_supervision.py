@@ -173,6 +173,22 @@ def stack(tmp_path_factory) -> Iterator[FakUp]:
         yield up
 
 
+def test_fak_up_keeps_a_prometheus_file_sd_list_of_every_service(stack):
+    path = Path(stack.env["FAK_CACHE_DIR"]) / "prometheus" / "targets.json"
+    assert f"Prometheus file-SD targets: {path}" in stack.output()
+
+    def groups() -> list[dict]:
+        return json.loads(path.read_text()) if path.exists() else []
+
+    wanted = ["adjudicator", "engine-cpu", "engine-cpu", "gateway", "kvmmu"]
+    assert wait_for(lambda: sorted(g["labels"]["service"] for g in groups()) == wanted, timeout=20), groups()
+    for g in groups():
+        [target] = g["targets"]
+        with urllib.request.urlopen(f"http://{target}{g['labels']['__metrics_path__']}", timeout=10) as r:
+            assert r.status == 200 and b"fak_" in r.read(), g
+        assert g["labels"]["job"] == "fak" and g["labels"]["instance"]
+
+
 def test_a_killed_worker_is_restarted_while_the_other_serves(stack):
     """kill -9 of the worker serving a stream: the stream gets an error event within 5 s, the other worker
     keeps serving, the dead one is restarted under its name."""
