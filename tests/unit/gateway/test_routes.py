@@ -72,3 +72,20 @@ def test_base_url_and_routes_together_are_refused(tmp_path):
         Settings.load(env={}, base_url="http://h", upstream_wire="grpc")  # a Literal: refused at load
     with pytest.raises(RoutesError, match="upstream-wire"):
         RouteTable.load(base_url="http://h", upstream_wire="grpc")
+
+
+def test_the_readmes_routes_files_are_valid():
+    """Every routes file the README shows (a yaml block with `routes:`) loads as it is written."""
+    import re
+    from pathlib import Path
+
+    import msgspec
+    import yaml
+
+    from fakcore.routes import RoutesFile
+
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "routes:" in b]
+    assert len(blocks) >= 2
+    for block in blocks:
+        RouteTable(msgspec.convert(yaml.safe_load(block), RoutesFile))
