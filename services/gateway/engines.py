@@ -19,6 +19,8 @@ passed on). A refusal by all carries `retry_after`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import random
 import time
@@ -35,6 +37,7 @@ from fakcore.protocol import (
     Accepted,
     Announce,
     CancelRequest,
+    ChatMessage,
     CountTokensReply,
     CountTokensRequest,
     Decoders,
@@ -53,6 +56,20 @@ log = logging.getLogger("fak.gateway.engines")
 
 AFFINITY_SESSIONS = 100_000  # sessions whose worker the gateway remembers (least recently used dropped first)
 CHECK_EVERY_S = 0.5  # a silent stream looks this often whether its worker is still alive
+
+
+def derive_session(messages: list[ChatMessage]) -> str:
+    """A conversation's session when the client names none (x-fak-session): its opening (the first system
+    and the first user message), which every later turn of it repeats. Requests of one session go to one worker, whose
+    cache holds its prefix."""
+    opening = [next(((m.role, m.content) for m in messages if m.role == role), None) for role in ("system", "user")]
+    return "d-" + hashlib.sha256(json.dumps(opening).encode()).hexdigest()[:16]
+
+
+def affinity_key(req: GenerateRequest) -> str:
+    """Which requests should share a worker: the client's session, else the conversation's (raw prompts
+    have none)."""
+    return req.session or (derive_session(req.messages) if req.messages else "")
 
 
 @dataclass
@@ -146,10 +163,11 @@ class Engines:
     def _pick(self, req: GenerateRequest, tried: set[str]) -> str:
         """The worker to send to ("": the model's queue group, when no untried worker has announced itself)."""
         live = [a for a in self.live_workers(req.model) if a.worker not in tried]
-        pinned = self.affinity.get(req.session, "") if req.session else ""
+        session = affinity_key(req)
+        pinned = self.affinity.get(session, "") if session else ""
         for a in live:
             if a.worker == pinned and self.free(a) > 0:
-                self.affinity.move_to_end(req.session)
+                self.affinity.move_to_end(session)
                 return pinned
         if not live:
             return ""
@@ -196,7 +214,7 @@ class Engines:
                         watch.since = time.monotonic()
                         if isinstance(reply, Accepted):
                             watch.worker, watch.incarnation = reply.receipt.worker, reply.receipt.incarnation
-                            self._pin(req.session, reply.receipt.worker)
+                            self._pin(affinity_key(req), reply.receipt.worker)
                             if counted is None:
                                 counted = self._count(reply.receipt.worker)
                             if accepted:

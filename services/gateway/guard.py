@@ -28,8 +28,6 @@ that request (503), as no verdict would; with FAK_RELEASE_KEY the Release is sig
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -39,6 +37,7 @@ from typing import Any
 import msgspec
 
 from fak_gateway.context_filter import AuditView, ContextFilter, placeholder
+from fak_gateway.engines import derive_session
 from fak_gateway.errors import WireError
 from fakcore import bus
 from fakcore.metrics import Metrics
@@ -79,11 +78,6 @@ class GuardMetrics:
         self.evictions = m.counter("gateway_evictions_seen_total", "Eviction receipts seen on fak.v1.kv.evicted", ("cause", "mode"))
         self.unsigned = m.counter("gateway_unsigned_verdicts_total", "Adjudicator replies refused for a missing or bad signature "
                                   "(FAK_VERDICT_KEY); each fails its request", ("kind",))
-
-
-def derive_session(messages: list[ChatMessage]) -> str:
-    opening = [(m.role, m.content) for m in messages if m.role in ("system", "user")][:2]
-    return "d-" + hashlib.sha256(json.dumps(opening).encode()).hexdigest()[:16]
 
 
 def refusal(denied: list[tuple[ToolCall, CallVerdict]]) -> str:

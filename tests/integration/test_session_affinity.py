@@ -1,4 +1,5 @@
-"""x-fak-session pins a session to the engine worker that holds its KV cache, among several workers."""
+"""x-fak-session pins a session to the engine worker that holds its KV cache, among several workers; a
+conversation without the header is pinned by its opening (what every later turn repeats)."""
 
 from __future__ import annotations
 
@@ -17,19 +18,20 @@ def two_workers(nats_server, tmp_path_factory):
         yield topo
 
 
-def test_a_session_stays_on_its_worker_and_reuses_its_cache(two_workers):
-    conversation = [{"role": "user", "content": "A long opening message that both turns share. " * 8}]
+@pytest.mark.parametrize("headers", [{"x-fak-session": "s-affinity"}, {}], ids=["named", "derived"])
+def test_a_session_stays_on_its_worker_and_reuses_its_cache(two_workers, headers):
+    conversation = [{"role": "user", "content": f"A long opening message that every turn shares ({len(headers)}). " * 8}]
     workers, cached = set(), []
     with httpx.Client(base_url=two_workers.gateway_url, timeout=60) as http:
         for turn in range(4):
-            r = http.post("/v1/chat/completions", headers={"x-fak-session": "s-affinity"},
+            r = http.post("/v1/chat/completions", headers=headers,
                           json={"model": "synthetic", "messages": conversation, "max_tokens": 4, "temperature": 0})
             assert r.status_code == 200, r.text
             workers.add(r.headers["x-fak-worker"])
             cached.append(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
             conversation += [{"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]},
                              {"role": "user", "content": f"turn {turn}"}]
-        # without a session, requests spread over both workers' queue group
+        # different conversations spread over both workers
         spread = {http.post("/v1/chat/completions", json={"model": "synthetic", "messages": [{"role": "user", "content": f"q{i}"}],
                                                            "max_tokens": 2}).headers["x-fak-worker"] for i in range(12)}
     assert len(workers) == 1
