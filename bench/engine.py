@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import llamacpp
+from bench.results import write_section
 
 
 def fak_pp_tg(model, pp: int, tg: int, reps: int) -> dict[str, float]:
@@ -203,8 +204,7 @@ def main(argv: list[str]) -> int:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        path = Path(__file__).with_name("RESULTS.md")
-        path.write_text("# Engine benchmark results\n\nWritten by `python -m bench engine --write`.\n\n" + text + "\n")
+        path = write_section("# Engine benchmark results", "Written by `python -m bench engine --write`.\n\n" + text)
         print(f"wrote {path}")
     return 0
 

@@ -51,6 +51,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from bench.results import write_section
+
 ROOT = Path(__file__).resolve().parents[1]
 HEADING = "# Concurrent sessions through the gateway (synthetic model)"
 ADMIN_KEY = "bench-sessions-admin"
@@ -615,19 +617,8 @@ percentiles are mostly the queue in front of that worker (see its forward passes
 
 
 def write_results(text: str) -> Path:
-    """Put `text` under HEADING in bench/RESULTS.md: replace that section (to the next top-level heading), or
-    append it; the rest of the file is left as it is."""
-    path = ROOT / "bench" / "RESULTS.md"
-    old = path.read_text() if path.exists() else ""
-    section = f"{HEADING}\n\n{ABOUT}\n\n{text}\n"
-    start = old.find(HEADING)
-    if start < 0:
-        new = old.rstrip("\n") + ("\n\n\n" if old else "") + section
-    else:
-        nxt = old.find("\n# ", start + len(HEADING))
-        new = old[:start] + section + ("\n" + old[nxt + 1:] if nxt >= 0 else "")
-    path.write_text(new)
-    return path
+    """Put `text` under HEADING in bench/RESULTS.md, the other benchmarks' sections left as they are."""
+    return write_section(HEADING, f"{ABOUT}\n\n{text}")
 
 
 def main(argv: list[str]) -> int:
