@@ -36,3 +36,28 @@ def test_capital_of_france_anthropic_stream(smol):
         text = "".join(s.text_stream)
         final = s.get_final_message()
     assert "Paris" in text and final.stop_reason == "end_turn"
+
+
+def test_capital_of_france_responses_and_a_second_turn_from_the_store(smol):
+    client = openai.OpenAI(base_url=smol.gateway_url + "/v1", api_key="-", max_retries=0, timeout=300)
+    first = client.responses.create(model="smollm2-135m", input="What is the capital of France?", max_output_tokens=16,
+                                    temperature=0)
+    assert "Paris" in first.output_text and first.status == "completed"  # <|im_end|> ends the turn
+    with client.responses.stream(model="smollm2-135m", input="And of Italy?", previous_response_id=first.id,
+                                 max_output_tokens=16, temperature=0) as s:
+        second = s.get_final_response()  # the SDK's helper: response.completed, every event in order
+    assert "Rome" in second.output_text
+    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens  # the first turn came along
+    assert second.usage.input_tokens_details.cached_tokens > 0
+
+
+def test_a_custom_tool_call_on_smollm2_follows_its_grammar(smol):
+    client = openai.OpenAI(base_url=smol.gateway_url + "/v1", api_key="-", max_retries=0, timeout=300)
+    grammar = 'start: "*** Begin Patch\\n*** Add File: " NAME ".txt\\n+" LINE "\\n*** End Patch\\n"\nNAME: /[a-z]{1,12}/\nLINE: /[A-Za-z ,.!]{1,40}/\n'
+    r = client.responses.create(model="smollm2-135m", input="Create hello.txt saying Hello, world!", max_output_tokens=64,
+                                temperature=0, tool_choice={"type": "custom", "name": "apply_patch"},
+                                tools=[{"type": "custom", "name": "apply_patch", "description": "Write a patch.",
+                                        "format": {"type": "grammar", "syntax": "lark", "definition": grammar}}])
+    [call] = [o for o in r.output if o.type == "custom_tool_call"]
+    lines = call.input.split("\n")
+    assert lines[0] == "*** Begin Patch" and lines[1].startswith("*** Add File: ") and lines[3] == "*** End Patch", call.input
