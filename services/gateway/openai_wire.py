@@ -40,7 +40,9 @@ MAX_DEPTH = 64  # JSON nesting a request may have: ample for tool schemas, far b
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 TopK = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]  # vLLM's -1 (off) goes through to such upstreams
-Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+# A seed may be any 64-bit value, signed or not (msgpack carries both); msgspec bounds stop at int64, so the
+# top is the body walk's (no integer beyond 64 bits).
+Seed = Annotated[int, msgspec.Meta(ge=-(2**63))]
 
 
 # ---------------------------------------------------------------------------------------------------------

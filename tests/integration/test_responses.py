@@ -168,10 +168,11 @@ def shrunk(value, limit: int = 120):
 
 
 def test_a_poisoned_function_call_output_never_reaches_the_model(topo, client):
+    payload = PAYLOAD.replace("Paris", "Paris (responses)")  # new bytes: other tests' verdicts share the bus
     r = client.responses.create(model="synthetic", max_output_tokens=4, input=[
         {"role": "user", "content": "Weather in Paris?"},
         {"type": "function_call", "call_id": "call_p1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
-        {"type": "function_call_output", "call_id": "call_p1", "output": PAYLOAD}], tools=[WEATHER])
+        {"type": "function_call_output", "call_id": "call_p1", "output": payload}], tools=[WEATHER])
     context = httpx.get(f"{topo.gateway_url}/v1/fak/requests/{r.id}", headers={"authorization": f"Bearer {ADMIN}"}).json()
     assert len(context["screened"]) == 1 and MARKER not in json.dumps(context["messages"])
     tool = [m for m in context["messages"] if m["role"] == "tool"]
