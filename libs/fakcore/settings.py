@@ -83,6 +83,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     base_url: Annotated[str, _doc("Upstream mode: the API every model not served in-kernel goes to (e.g. http://127.0.0.1:11434/v1 for an OpenAI-compatible server, https://… for Anthropic's), with the client's own key. `fak up` then starts no engine worker unless `models` names in-kernel ones.")] = ""
     upstream_wire: Annotated[Literal["openai", "anthropic", "responses"], _doc("What `base_url` speaks: `openai` (chat completions; the URL ends in its version, /v1), `responses` (OpenAI's Responses API, /v1/responses; the URL ends in /v1) or `anthropic` (messages; the URL without /v1).")] = "openai"
     routes: Annotated[str, _doc("A routes file (YAML): model ids, globs and aliases mapped to the in-kernel engine or to named upstreams (url, wire, auth, key variable, timeout). See libs/fakcore/routes.py.")] = ""
+    mcp: Annotated[str, _doc("An MCP servers file (YAML): upstream MCP servers (streamable-HTTP URLs, stdio commands the gateway launches and restarts) fronted at /mcp: tools listed under `<server>__<tool>` unless denied by policy or poisoned, calls adjudicated, results screened. See libs/fakcore/mcp_config.py. Empty: no /mcp.")] = ""
 
     # -- the engine ------------------------------------------------------------------------------------
     model: Annotated[str, _doc("Model an engine worker serves: `synthetic`, `smollm2-135m`, a .gguf path, a safetensors dir, or hf://org/repo.")] = "synthetic"

@@ -9,6 +9,7 @@
     POST /v1/messages/count_tokens     Anthropic token counting
     GET  /v1/fak/audit                 verdicts and eviction receipts, filterable (admin key: all; API key: its own)
     GET  /v1/fak/requests/{id}         a request's context as it left for the engines (admin, or its own tenant)
+    POST /mcp                          MCP (streamable HTTP, stateless): the MCP servers of FAK_MCP (mcp_gateway.py)
 
 Every chat request runs the one pipeline (pipeline.py): wire decode, route (in-kernel engine or upstream),
 the guard (guard.py: context filter, verdict barrier, tool-call adjudication), the backend, wire encode.
@@ -28,7 +29,7 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
-from litestar import Litestar, Request, Response, delete, get, post
+from litestar import Litestar, Request, Response, asgi, delete, get, post
 from litestar.exceptions import HTTPException
 from litestar.middleware import ASGIMiddleware
 from litestar.response import Stream
@@ -38,6 +39,7 @@ from fak_gateway.context_filter import AuditView, ContextFilter
 from fak_gateway.engines import Engines
 from fak_gateway.errors import WireError, wire_of
 from fak_gateway.guard import Guard, start_backend
+from fak_gateway.mcp_gateway import Caller, McpGateway
 from fak_gateway.openapi import openapi_json
 from fak_gateway.pipeline import CACHE_SALT_HEADER, Pipeline, tenant
 from fak_gateway.proxy import Proxied
@@ -45,6 +47,7 @@ from fak_gateway.responses_store import ResponseStore
 from fak_gateway.upstream import Upstreams
 from fakcore import bus
 from fakcore.audit import ensure_audit_stream
+from fakcore.mcp_config import load as load_mcp
 from fakcore.metrics import Metrics
 from fakcore.policy import key_id
 from fakcore.protocol import Accepted, CountTokensRequest, Heartbeat, encode, subjects
@@ -83,6 +86,7 @@ class State:
         self.guard: Guard | None = None
         self.pipeline: Pipeline | None = None
         self.responses: ResponseStore | None = None
+        self.mcp: McpGateway | None = None
 
 
 def _state(request: Request) -> State:
@@ -259,6 +263,7 @@ def healthz(request: Request) -> Response:
         "services": sorted({h.service for h in services} | ({"engine"} if workers else set())),
         "adjudication": s.adjudicate,
         "quarantined_blocks": len(state.filter.quarantined),
+        "mcp": state.mcp.health() if state.mcp else [],
     }
     return Response(body, status_code=200 if ok else 503)
 
@@ -461,13 +466,25 @@ def request_context(request: Request, request_id: str) -> Response:
     return Response(found)
 
 
+@asgi("/mcp", copy_scope=True)
+async def mcp_endpoint(scope: Any, receive: Any, send: Any) -> None:
+    """fak's MCP server (streamable HTTP), with the gateway's API keys like every model route."""
+    request: Request = Request(scope, receive)
+    authenticate(request)
+    state = _state(request)
+    if state.mcp is None:
+        raise WireError("not_found", "no MCP servers are configured here (FAK_MCP)")
+    await state.mcp.handle(scope, receive, send, Caller(key=_key_id(request), session=_session(request)))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Errors, metrics, the app
 # ---------------------------------------------------------------------------------------------------------
 
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/messages": "messages",
           "/v1/messages/count_tokens": "count_tokens", "/v1/models": "models", "/healthz": "healthz", "/metrics": "metrics",
-          "/v1/fak/audit": "audit", "/v1/responses": "responses", "/v1/responses/input_tokens": "responses_input_tokens"}
+          "/v1/fak/audit": "audit", "/v1/responses": "responses", "/v1/responses/input_tokens": "responses_input_tokens",
+          "/mcp": "mcp"}
 
 
 def _error_response(request: Request, err: WireError) -> Response:
@@ -547,6 +564,7 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
             yield
             return
         routes = RouteTable.from_settings(settings)  # a bad routes file stops the gateway here, before it serves
+        mcp_config = load_mcp(settings.mcp) if settings.mcp else None  # so does a bad MCP servers file
         upstreams = Upstreams(routes.upstreams, metrics)
         nc = await bus.connect(settings, "gateway")
         state.engines = Engines(nc, settings, on_done=state.m.count_tokens)
@@ -561,11 +579,16 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
         state.pipeline = Pipeline(routes, upstreams, state.engines, state.guard)
         state.responses = ResponseStore(nc, settings)
         await state.responses.start()
+        if mcp_config is not None:
+            state.mcp = McpGateway(mcp_config, settings, metrics, state.guard, state.filter)
+            await state.mcp.start()
         beat = asyncio.create_task(_heartbeat(nc, settings))
         try:
             yield
         finally:
             beat.cancel()
+            if state.mcp is not None:
+                await state.mcp.stop()
             await upstreams.close()
             await state.filter.stop()
             await state.audit.stop()
@@ -577,7 +600,7 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
     return Litestar(
         route_handlers=[healthz, metrics_endpoint, list_models, chat_completions, completions, messages, count_tokens,
                         responses, get_response, delete_response, response_input_tokens, audit_log, request_context,
-                        openapi_json],
+                        openapi_json, mcp_endpoint],
         lifespan=[lifespan],
         before_request=authenticate,
         exception_handlers={WireError: on_wire_error, bus.TooLarge: on_too_large, HTTPException: on_http_error,

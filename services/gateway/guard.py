@@ -107,7 +107,9 @@ class Guard:
         self.m = GuardMetrics(metrics)
         audit.on_eviction = lambda r: self.m.evictions.labels(r.cause or "verdict", r.mode).inc()
 
-    async def _ask(self, msg: AdjudicateCall | AdjudicateResult) -> Any:
+    async def ask(self, msg: AdjudicateCall | AdjudicateResult) -> Any:
+        """The adjudicator's signed verdict on one call or result (the model wires' and /mcp's); no verdict in
+        time, no adjudicator, a bad signature: a 503 WireError, never a pass."""
         subject = subjects.ADJUDICATE_CALL if isinstance(msg, AdjudicateCall) else subjects.ADJUDICATE_RESULT
         payload, key = encode(msg), self.settings.verdict_key
         try:  # a verdict must be signed for this very request (an error fails the request anyway)
@@ -126,7 +128,8 @@ class Guard:
             raise WireError("unavailable", f"the adjudicator failed: {reply.message}")
         return reply
 
-    async def _audit(self, record: AuditRecord) -> None:
+    async def publish_audit(self, record: AuditRecord) -> None:
+        """Append a record the gateway decided itself (a cached verdict, a hidden MCP tool) to the audit log."""
         try:
             await self.nc.jetstream().publish(subjects.AUDIT, encode(record))
         except Exception:  # the audit log is best-effort here; the adjudicator's own records are the primary ones
@@ -136,7 +139,7 @@ class Guard:
     async def _screen(self, req: GenerateRequest, pending: dict[str, ChatMessage], session: str, key: str) -> list[ResultVerdict]:
         async def one(block: str, m: ChatMessage) -> ResultVerdict:
             t0 = time.perf_counter()
-            v = await self._ask(AdjudicateResult(request_id=req.request_id, tool=m.name, content=m.content, block=block,
+            v = await self.ask(AdjudicateResult(request_id=req.request_id, tool=m.name, content=m.content, block=block,
                                                  session=session, key_id=key))
             self.m.screened.observe(time.perf_counter() - t0)
             self.m.verdicts.labels("result", v.verdict, "adjudicator", v.detector or "none").inc()
@@ -160,7 +163,7 @@ class Guard:
             q = self.filter.quarantined[b]
             self.m.placeholders.inc()
             self.m.verdicts.labels("result", "quarantine", "cache", q.detector).inc()
-            await self._audit(AuditRecord(kind="result", outcome="quarantine", request_id=req.request_id, session=ctx.session,
+            await self.publish_audit(AuditRecord(kind="result", outcome="quarantine", request_id=req.request_id, session=ctx.session,
                                           key_id=key, block=b, detector=q.detector, score=q.score, reason=q.reason,
                                           stage="cache", source=self.instance, ts=time.time()))
         for m in req.messages:
@@ -218,7 +221,7 @@ class Guard:
 
     async def _verdicts(self, req: GenerateRequest, calls: list[ToolCall], session: str, key: str,
                         tainted: bool) -> list[CallVerdict]:
-        verdicts = await asyncio.gather(*(self._ask(AdjudicateCall(
+        verdicts = await asyncio.gather(*(self.ask(AdjudicateCall(
             request_id=req.request_id, tool=c.name, arguments=c.arguments, session=session, key_id=key,
             tainted=tainted)) for c in calls))
         for v in verdicts:
