@@ -40,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from fakcore.mcp_config import McpConfigError
+from fakcore.mcp_config import load as load_mcp
 from fakcore.models.sources import cache_dir
 from fakcore.natsd import EmbeddedNats, ServerTLS, die_with_parent
 from fakcore.permissions import BusSecrets
@@ -334,7 +336,9 @@ def up(settings: Settings, workers: int = 1) -> int:
     t0 = time.monotonic()
     try:
         table = RouteTable.from_settings(settings)
-    except RoutesError as exc:  # a misspelt routes file stops here, before anything starts
+        if settings.mcp:
+            load_mcp(settings.mcp)
+    except (RoutesError, McpConfigError) as exc:  # a misspelt routes or MCP servers file stops here, before anything starts
         say(str(exc))
         return 1
     topo = Topology(settings, workers=workers, services=services_for(table))

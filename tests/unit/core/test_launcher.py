@@ -276,3 +276,13 @@ def test_a_locked_embedded_nats_keeps_its_secrets_private_and_across_restarts(tm
     assert "$FAK_NATS_ENGINE_PASSWORD" in render() and first.passwords["engine"] not in render()
     assert first.settings_for("engine-cpu") == {"nats_user": "engine", "nats_password": first.passwords["engine"],
                                                 "nats_creds": "", "verdict_key": "", "release_key": first.release_key}
+
+
+def test_fak_up_refuses_a_misspelt_mcp_servers_file_before_starting_anything(tmp_path):
+    bad = tmp_path / "mcp.yaml"
+    bad.write_text("servers:\n  fs: {commnd: [npx, server]}\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAK_")}, "FAK_MCP": str(bad),
+           "FAK_CACHE_DIR": str(tmp_path / "cache"), "FAK_DATA_DIR": "temp"}
+    done = subprocess.run([sys.executable, "-m", "fakcore.cli", "up"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "commnd" in done.stderr and str(bad) in done.stderr, done.stderr
+    assert "nats-server" not in done.stdout and not (tmp_path / "cache" / "prometheus").exists()
