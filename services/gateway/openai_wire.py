@@ -190,12 +190,7 @@ def _sampling(r: SamplingFields, max_tokens: int | None, logprobs: tuple[bool, i
             raise WireError("invalid_request", f"{name} is not supported (must be 0 or absent)", param=name)
     if max_tokens is not None and max_tokens < 1:
         raise WireError("invalid_request", "max_tokens must be at least 1", param="max_tokens")
-    temperature = 1.0 if r.temperature is None else r.temperature
-    if not 0.0 <= temperature <= 2.0:
-        raise WireError("invalid_request", "temperature must be between 0 and 2", param="temperature")
-    top_p = 1.0 if r.top_p is None else r.top_p
-    if not 0.0 < top_p <= 1.0:
-        raise WireError("invalid_request", "top_p must be in (0, 1]", param="top_p")
+    temperature, top_p = sampling_range(r.temperature, r.top_p)
     stop = [r.stop] if isinstance(r.stop, str) else list(r.stop or [])
     if len(stop) > 4:
         raise WireError("invalid_request", "at most 4 stop sequences", param="stop")
@@ -244,7 +239,7 @@ def chat_to_bus(r: ChatRequest, session: str, strict: bool = True) -> GenerateRe
             raise WireError("invalid_request", f"messages[{i}]: a tool message needs tool_call_id", param=f"messages[{i}].tool_call_id")
         messages.append(ChatMessage(role=role, content=text, tool_calls=calls, tool_call_id=m.tool_call_id or "",
                                     name=m.name or "", block=block_id(text) if role == "tool" else ""))
-    _name_tool_results(messages)
+    name_tool_results(messages)
     tools = [ToolSpec(name=t.function.name, description=t.function.description or "", parameters=t.function.parameters or {})
              for t in (r.tools or [])]
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -257,7 +252,7 @@ def chat_to_bus(r: ChatRequest, session: str, strict: bool = True) -> GenerateRe
                            sampling=_sampling(r, r.max_completion_tokens or r.max_tokens, _chat_logprobs(r)), session=session)
 
 
-def _name_tool_results(messages: list[ChatMessage]) -> None:
+def name_tool_results(messages: list[ChatMessage]) -> None:
     """Give each tool result the name of the call it answers (templates and policies want it)."""
     names = {c.id: c.name for m in messages for c in m.tool_calls}
     for m in messages:
@@ -265,15 +260,31 @@ def _name_tool_results(messages: list[ChatMessage]) -> None:
             m.name = names.get(m.tool_call_id, "")
 
 
-def _tool_choice(choice: str | dict[str, Any] | None, tools: list[ToolSpec]) -> tuple[str, str]:
+def tool_choice_mode(choice: str | None, tools: list[ToolSpec]) -> tuple[str, str]:
+    """tool_choice given as a mode (or not given), as both OpenAI wires read it."""
     if choice is None:
         return ("auto" if tools else "none"), ""
-    if isinstance(choice, str):
-        if choice not in ("none", "auto", "required"):
-            raise WireError("invalid_request", f"tool_choice {choice!r} is not none, auto or required", param="tool_choice")
-        if choice == "required" and not tools:
-            raise WireError("invalid_request", "tool_choice 'required' needs tools", param="tool_choice")
-        return choice, ""
+    if choice not in ("none", "auto", "required"):
+        raise WireError("invalid_request", f"tool_choice {choice!r} is not none, auto or required", param="tool_choice")
+    if choice == "required" and not tools:
+        raise WireError("invalid_request", "tool_choice 'required' needs tools", param="tool_choice")
+    return choice, ""
+
+
+def sampling_range(temperature: float | None, top_p: float | None) -> tuple[float, float]:
+    """temperature and top_p checked against OpenAI's ranges (absent: 1)."""
+    t = 1.0 if temperature is None else temperature
+    if not 0.0 <= t <= 2.0:
+        raise WireError("invalid_request", "temperature must be between 0 and 2", param="temperature")
+    p = 1.0 if top_p is None else top_p
+    if not 0.0 < p <= 1.0:
+        raise WireError("invalid_request", "top_p must be in (0, 1]", param="top_p")
+    return t, p
+
+
+def _tool_choice(choice: str | dict[str, Any] | None, tools: list[ToolSpec]) -> tuple[str, str]:
+    if choice is None or isinstance(choice, str):
+        return tool_choice_mode(choice, tools)
     name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
     if choice.get("type") != "function" or not name or not isinstance(name, str):
         raise WireError("invalid_request", "tool_choice must be {'type': 'function', 'function': {'name': …}}", param="tool_choice")

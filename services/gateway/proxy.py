@@ -81,24 +81,24 @@ class SameWire:
 
     async def openai(self, body: bytes, headers: Mapping[str, str], stream: bool) -> Proxied:
         """OpenAI → OpenAI: the client's JSON, model rewritten and quarantined tool messages replaced."""
-        await self.screen()
-        data = json.loads(body)
-        replaced, withheld = passthrough.redact_openai(data, self.lookup, self.route.target)
-        out = body if not replaced and self.route.target == self.route.model else json.dumps(data, ensure_ascii=False).encode()
-        fak_headers = self._redacted(replaced, withheld)
-        return await self._send("chat", out, self.upstream.headers(headers, same_wire=True), "", stream, fak_headers,
-                                passthrough.openai_stream, passthrough.openai_json)
+        return await self._json("chat", body, headers, stream, passthrough.redact_openai, passthrough.openai_stream,
+                                passthrough.openai_json)
 
     async def responses(self, body: bytes, headers: Mapping[str, str], stream: bool) -> Proxied:
         """Responses → Responses: the client's JSON (reasoning items, previous_response_id and all), model
         rewritten and quarantined tool outputs replaced."""
+        return await self._json("responses", body, headers, stream, responses_passthrough.redact, responses_passthrough.relay,
+                                responses_passthrough.judge_json)
+
+    async def _json(self, op: str, body: bytes, headers: Mapping[str, str], stream: bool, redact: Any, relay: Any,
+                    rewrite: Any) -> Proxied:
+        """A JSON wire's passthrough: screened first, the client's bytes unless something had to change."""
         await self.screen()
         data = json.loads(body)
-        replaced, withheld = responses_passthrough.redact(data, self.lookup, self.route.target)
+        replaced, withheld = redact(data, self.lookup, self.route.target)
         out = body if not replaced and self.route.target == self.route.model else json.dumps(data, ensure_ascii=False).encode()
-        fak_headers = self._redacted(replaced, withheld)
-        return await self._send("responses", out, self.upstream.headers(headers, same_wire=True), "", stream, fak_headers,
-                                responses_passthrough.relay, responses_passthrough.judge_json)
+        return await self._send(op, out, self.upstream.headers(headers, same_wire=True), "", stream,
+                                self._redacted(replaced, withheld), relay, rewrite)
 
     async def _send(self, op: str, body: bytes, headers: dict[str, str], query: str, stream: bool,
                     fak_headers: dict[str, str], relay: Any, rewrite: Any) -> Proxied:

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from fak_gateway.errors import WireError
-from fak_gateway.openai_wire import MaxTokens, decode
+from fak_gateway.openai_wire import MaxTokens, decode, name_tool_results, sampling_range, tool_choice_mode
 from fakcore.protocol import (
     CUSTOM_TOOL_INPUT,
     Accepted,
@@ -196,10 +196,7 @@ def to_messages(items: list[dict[str, Any]], instructions: str | None, strict: b
                                                "previous_response_id", param=f"{where}.type")
         elif strict:
             raise WireError("invalid_request", f"{where}: input item type {kind!r} is not supported", param=f"{where}.type")
-    names = {c.id: c.name for m in messages for c in m.tool_calls}
-    for m in messages:
-        if m.role == "tool" and not m.name:
-            m.name = names.get(m.tool_call_id, "")
+    name_tool_results(messages)
     return messages
 
 
@@ -258,14 +255,9 @@ def to_tools(tools: list[dict[str, Any]] | None, namespaces: dict[str, str] | No
 
 
 def _tool_choice(choice: str | dict[str, Any] | None, tools: list[ToolSpec]) -> tuple[str, str]:
-    if choice is None:
-        return ("auto" if tools else "none"), ""
-    if isinstance(choice, str):
-        if choice not in ("none", "auto", "required"):
-            raise WireError("invalid_request", f"tool_choice {choice!r} is not none, auto or required", param="tool_choice")
-        if choice == "required" and not tools:
-            raise WireError("invalid_request", "tool_choice 'required' needs tools", param="tool_choice")
-        return (choice if tools else "none"), ""
+    if choice is None or isinstance(choice, str):
+        mode, _ = tool_choice_mode(choice, tools)
+        return (mode if tools else "none"), ""
     if choice.get("type") in ("function", "custom") and isinstance(choice.get("name"), str):
         if choice["name"] not in {t.name for t in tools}:
             raise WireError("invalid_request", f"tool_choice names {choice['name']!r}, which is not in tools", param="tool_choice")
@@ -290,12 +282,7 @@ def _response_schema(text: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _sampling(r: ResponsesRequest) -> Sampling:
-    temperature = 1.0 if r.temperature is None else r.temperature
-    if not 0.0 <= temperature <= 2.0:
-        raise WireError("invalid_request", "temperature must be between 0 and 2", param="temperature")
-    top_p = 1.0 if r.top_p is None else r.top_p
-    if not 0.0 < top_p <= 1.0:
-        raise WireError("invalid_request", "top_p must be in (0, 1]", param="top_p")
+    temperature, top_p = sampling_range(r.temperature, r.top_p)
     return Sampling(max_tokens=r.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS, temperature=temperature, top_p=top_p)
 
 
