@@ -24,7 +24,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def smol(nats_server, tmp_path_factory):
     assert pulled_path("smollm2-135m").exists(), "SmolLM2 weights missing: run `fak model pull smollm2-135m` (make test does)"
-    settings = base_settings(nats_server.url, model="smollm2-135m", backend="numba")
+    # Codex's first request is a ~7k-token prefill, one long engine step (longer still while numba compiles
+    # its kernels on a fresh checkout): silence beyond the default 120 s is expected here, not a hang.
+    settings = base_settings(nats_server.url, model="smollm2-135m", backend="numba", idle_timeout_s=600.0)
     with running(Topology(settings, log_dir=tmp_path_factory.mktemp("codex-smol")), timeout=240) as topo:
         yield topo
 
