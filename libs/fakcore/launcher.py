@@ -281,7 +281,11 @@ class Topology:
             return {}
 
     def health_ok(self) -> bool:
-        return bool(self.health().get("ok"))
+        """The gateway reports ok and already routes to every engine worker this topology started (it may
+        have heard only the first one's announce when it became ready)."""
+        body = self.health()
+        engines = self.workers if "engine-cpu" in self.services else 0
+        return bool(body.get("ok")) and len(body.get("workers", [])) >= engines
 
 
 def embedded_tls(settings: Settings) -> ServerTLS | None:
