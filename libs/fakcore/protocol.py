@@ -29,6 +29,7 @@ ErrorCodeName = Literal["overloaded", "invalid_request", "context_length_exceede
 EngineKind = Literal["fak-cpu", "fak-cuda"]
 Verdict = Literal["clean", "quarantine"]
 Stage = Literal["", "policy", "inline", "model", "cache"]
+ContentKind = Literal["tool_result", "tool_description"]  # what a screened text is (an MCP tool's description: tool poisoning)
 AuditKind = Literal["call", "result"]
 Outcome = Literal["allow", "deny", "clean", "quarantine"]
 EvictMode = Literal["exact", "shift"]
@@ -127,9 +128,9 @@ class GenerateRequest(Message, kw_only=True):
     response_schema: dict[str, Any] | None = None  # JSON Schema the output must match
     sampling: Sampling = msgspec.field(default_factory=Sampling)
     session: str = ""  # optional session pinning (x-fak-session)
-    deadline_ms: int = 0  # absolute unix time in ms after which the worker may drop the request
     hold: bool = False  # verdict barrier: the worker may prefill, but samples nothing before a Release
     tenant: str = ""  # whose cached prefixes this request may reuse: the gateway's tenant id (API key id, cache salt)
+    # retired, never to be reused with another meaning: deadline_ms (never implemented; older peers may still send it)
 
 
 class Release(Message, kw_only=True):
@@ -275,6 +276,7 @@ class AdjudicateResult(Message, kw_only=True):
     block: str  # content hash of the tool result
     session: str = ""
     key_id: str = ""
+    kind: ContentKind = "tool_result"
 
 
 class ResultVerdict(Message, kw_only=True):
@@ -448,7 +450,6 @@ def subject_token(name: str) -> str:
 
 
 class subjects:
-    PREFIX = "fak.v1"
     ANNOUNCE = "fak.v1.engine.announce"
     HEALTH = "fak.v1.health.>"
     ADJUDICATE_CALL = "fak.v1.adjudicate.call"

@@ -28,12 +28,12 @@ def _result(req: AdjudicateResult, v: Verdict) -> ResultVerdict:
 
 def screen_result(screener: Screener, req: AdjudicateResult, *, with_model: bool) -> ResultVerdict:
     """The verdict the request waits for: the inline stage, and the model stage too when `with_model`."""
-    return _result(req, screener.screen(req.content) if with_model else screener.inline(req.content))
+    return _result(req, screener.screen(req.content, req.kind) if with_model else screener.inline(req.content, req.kind))
 
 
 def second_opinion(screener: Screener, req: AdjudicateResult) -> ResultVerdict | None:
     """The model stage after an inline 'clean' (async mode): a verdict only when it quarantines."""
-    v = screener.model_stage(req.content)
+    v = screener.model_stage(req.content, req.kind)
     return _result(req, v) if v.quarantine else None
 
 

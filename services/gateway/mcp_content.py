@@ -1,15 +1,18 @@
 """Resources and prompts through /mcp: passed through from the upstreams, their content screened when read.
 
     resources/list           the union of the upstreams' resources, URIs unchanged (a URI names its server's
-    resources/templates/list resource: the first server, in file order, that lists a URI or template owns it)
+    resources/templates/list resource: the first server, in file order, that lists a URI or template owns it);
+                             an entry whose title or description is poisoned is hidden
     resources/read           forwarded to the URI's owner (listed, else a matching template); every text is
                              screened, and a quarantined one makes the placeholder the only content
-    prompts/list             names prefixed as tools are (`<prefix><prompt>`), in name order
+    prompts/list             names prefixed as tools are (`<prefix><prompt>`), in name order; poisoned
+                             descriptions (the prompt's, its arguments') hidden as tools' are
     prompts/get              forwarded; the description and every text of every message are screened, and a
                              quarantined one makes the result one user message: the placeholder
 
-Listings pass as the upstreams send them; what reaches a model (a resource's or a prompt's content) is
-screened like a tool result, with the same verdicts, placeholders and JetStream fan-out.
+A listing's texts are screened as tools' descriptions are (kind tool_description); what reaches a model
+(a resource's or a prompt's content) is screened like a tool result, with the same verdicts, placeholders
+and JetStream fan-out.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import mcp.types as types
 from mcp import MCPError
@@ -30,7 +33,33 @@ from fakcore.protocol import QuarantineVerdict, ResultVerdict
 log = logging.getLogger("fak.gateway.mcp")
 
 Verdict = QuarantineVerdict | ResultVerdict
-Screen = Callable[[list[str], str], Awaitable[Verdict | None]]  # (texts, what) -> the first quarantine, or None
+# (texts, what, kind) -> the first quarantine, or None; kind: ContentKind, "tool_result" when not given
+Screen = Callable[..., Awaitable[Verdict | None]]
+Listing = TypeVar("Listing", types.Resource, types.ResourceTemplate, types.Prompt)
+
+
+def listing_text(item: types.Resource | types.ResourceTemplate | types.Prompt) -> str:
+    """What a model reads of a listed resource, template or prompt besides its name: title, description
+    (and each argument's, for a prompt), one a line."""
+    parts = [item.title or "", item.description or ""]
+    if isinstance(item, types.Prompt):
+        parts += [a.description or "" for a in item.arguments or []]
+    return "\n".join(dict.fromkeys(p for p in parts if p))
+
+
+async def unpoisoned(items: list[Listing], screen: Screen, what: str) -> list[Listing]:
+    """`items` less those whose listing text is poisoned (each verdict audited by the adjudicator)."""
+    async def verdict(item: Listing) -> Verdict | None:
+        text = listing_text(item)
+        label = str(getattr(item, "uri", None) or getattr(item, "uri_template", None) or item.name)
+        return await screen([text], f"{what} {label}", "tool_description") if text else None
+
+    verdicts = await asyncio.gather(*(verdict(x) for x in items))
+    for x, bad in zip(items, verdicts, strict=True):
+        if bad is not None:
+            log.warning("MCP %s %s hidden: its description was quarantined (%s, score %.2f; block %s)", what, x.name,
+                        bad.detector, bad.score, bad.block)
+    return [x for x, bad in zip(items, verdicts, strict=True) if bad is None]
 
 
 class Passthrough:
@@ -53,7 +82,8 @@ class Passthrough:
         return out
 
     # -- resources ------------------------------------------------------------------------------------
-    async def list_resources(self) -> list[types.Resource]:
+    async def list_resources(self, screen: Screen | None = None) -> list[types.Resource]:
+        """Every upstream's resources (first lister owns a URI); those a screen finds poisoned left out."""
         owners: dict[str, McpUpstream] = {}
         listed = []
         for u, items in await self._each("resources", lambda c: pages(c.list_resources, "resources")):
@@ -62,9 +92,9 @@ class Passthrough:
                     owners[str(r.uri)] = u
                     listed.append(r)
         self.owners = owners
-        return listed
+        return await unpoisoned(listed, screen, "resource") if screen else listed
 
-    async def list_templates(self) -> list[types.ResourceTemplate]:
+    async def list_templates(self, screen: Screen | None = None) -> list[types.ResourceTemplate]:
         templates, listed, seen = [], [], set()
         for u, items in await self._each("resources", lambda c: pages(c.list_resource_templates, "resource_templates")):
             for t in items:
@@ -77,7 +107,7 @@ class Passthrough:
                 except InvalidUriTemplate as exc:  # listed as sent; reads of it cannot be routed
                     log.warning("MCP server %s: resource template %r: %s", u.name, t.uri_template, exc)
         self.templates = templates
-        return listed
+        return await unpoisoned(listed, screen, "resource template") if screen else listed
 
     def _owner(self, uri: str) -> McpUpstream | None:
         return self.owners.get(uri) or next((u for t, u in self.templates if t.match(uri) is not None), None)
@@ -99,7 +129,7 @@ class Passthrough:
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="text/plain", text=placeholder(bad))])
 
     # -- prompts --------------------------------------------------------------------------------------
-    async def list_prompts(self) -> list[types.Prompt]:
+    async def list_prompts(self, screen: Screen | None = None) -> list[types.Prompt]:
         index: dict[str, tuple[McpUpstream, str]] = {}
         listed = []
         for u, items in await self._each("prompts", lambda c: pages(c.list_prompts, "prompts")):
@@ -109,7 +139,8 @@ class Passthrough:
                     index[name] = (u, p.name)
                     listed.append(p.model_copy(update={"name": name}))
         self.prompts = index
-        return sorted(listed, key=lambda p: p.name)
+        listed.sort(key=lambda p: p.name)
+        return await unpoisoned(listed, screen, "prompt") if screen else listed
 
     async def get(self, name: str, arguments: dict[str, str] | None, screen: Screen) -> types.GetPromptResult:
         if name not in self.prompts:

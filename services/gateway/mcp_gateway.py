@@ -3,7 +3,8 @@
     tools/list  every running upstream's tools, named `<prefix><tool>` (prefix `<server>__` by default), in
                 name order; a tool the caller's policy denies outright (deny, ask) is not listed; each tool's
                 description (its title, description and the descriptions and titles in its schemas) is
-                screened like a tool result, and a poisoned one is hidden (the adjudicator audits the verdict)
+                screened (AdjudicateResult kind=tool_description: the inline rules plus those for tool
+                poisoning), and a poisoned one is hidden (the adjudicator audits the verdict)
     tools/call  adjudicated as a tool call (AdjudicateCall: the listed name, the arguments, the caller's API
                 key); denied -> an `isError` result naming the rule, the upstream never called. Allowed ->
                 forwarded; every text in the result is screened (AdjudicateResult, block = block_id(text)); a
@@ -58,6 +59,7 @@ from fakcore.protocol import (
     AdjudicateCall,
     AdjudicateResult,
     AuditRecord,
+    ContentKind,
     QuarantineVerdict,
     ResultVerdict,
     ToolCall,
@@ -70,6 +72,7 @@ log = logging.getLogger("fak.gateway.mcp")
 SCOPE_KEY = "fak.mcp.caller"  # the ASGI scope entry the app puts the caller in, read back by the handlers
 FIRST_ATTEMPT_S = 15.0  # start-up waits this long, at most, for every upstream's first connection attempt
 TAINTED_SESSIONS = 100_000  # sessions remembered as tainted (LRU)
+DESCRIPTION_BLOCK = "fak:tool-description\n"  # what a description's block id is taken over, before its text
 
 
 @dataclass(frozen=True)
@@ -173,17 +176,20 @@ class McpGateway:
                 self.m.seconds.labels(listed.upstream.name).observe(time.perf_counter() - t0)
 
     async def _on_list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=await self.content.list_resources())
+        with _as_mcp_errors():
+            return types.ListResourcesResult(resources=await self.content.list_resources(self._screener(_caller(ctx))))
 
     async def _on_list_templates(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(resource_templates=await self.content.list_templates())
+        with _as_mcp_errors():
+            return types.ListResourceTemplatesResult(resource_templates=await self.content.list_templates(self._screener(_caller(ctx))))
 
     async def _on_read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         with _as_mcp_errors():
             return await self.content.read(str(params.uri), self._screener(_caller(ctx)))
 
     async def _on_list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
-        return types.ListPromptsResult(prompts=await self.content.list_prompts())
+        with _as_mcp_errors():
+            return types.ListPromptsResult(prompts=await self.content.list_prompts(self._screener(_caller(ctx))))
 
     async def _on_get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         with _as_mcp_errors():
@@ -269,7 +275,7 @@ class McpGateway:
 
     async def _poisoned(self, listed: Listed, caller: Caller, request_id: str) -> QuarantineVerdict | ResultVerdict | None:
         text = description_text(listed.tool)
-        return await self._verdict(text, listed.name, caller, request_id) if text else None
+        return await self._verdict(text, listed.name, caller, request_id, kind="tool_description") if text else None
 
     # -- tools/call -----------------------------------------------------------------------------------
     async def call_tool(self, listed: Listed, arguments: dict[str, Any] | None, caller: Caller) -> tuple[types.CallToolResult, str]:
@@ -302,25 +308,28 @@ class McpGateway:
 
     def _screener(self, caller: Caller) -> Screen:
         request_id = _request_id()
-        return lambda texts, what: self._first_quarantined(texts, what, caller, request_id)
+        return lambda texts, what, kind="tool_result": self._first_quarantined(texts, what, caller, request_id, kind)
 
-    async def _first_quarantined(self, texts: list[str], what: str, caller: Caller,
-                                 request_id: str) -> QuarantineVerdict | ResultVerdict | None:
+    async def _first_quarantined(self, texts: list[str], what: str, caller: Caller, request_id: str,
+                                 kind: ContentKind = "tool_result") -> QuarantineVerdict | ResultVerdict | None:
         """The first quarantine verdict among `texts` (screened side by side), None when all are clean. The
         placeholder that will stand in for them is fak's own text: never screened when it comes back."""
-        verdicts = await asyncio.gather(*(self._verdict(t, what, caller, request_id) for t in texts))
+        verdicts = await asyncio.gather(*(self._verdict(t, what, caller, request_id, kind) for t in texts))
         bad = next((v for v in verdicts if v is not None), None)
         if bad is not None:
             self.filter.placeholders.add(block_id(placeholder(bad)))
         return bad
 
-    async def _verdict(self, text: str, tool: str, caller: Caller, request_id: str) -> QuarantineVerdict | ResultVerdict | None:
+    async def _verdict(self, text: str, tool: str, caller: Caller, request_id: str,
+                       kind: ContentKind = "tool_result") -> QuarantineVerdict | ResultVerdict | None:
         """The quarantine verdict on `text` (a tool result, or a tool's description), None when clean: from
-        the context filter when the block is known, else from the adjudicator (which publishes a quarantine)."""
+        the context filter when the block is known, else from the adjudicator (which publishes a quarantine).
+        A description is screened by other rules than a result, so its verdict is kept under a block of its
+        own: bytes passed as a description are not thereby clean as a tool result."""
         guard = self.guard
         if guard is None:
             return None
-        block = block_id(text)
+        block = block_id(text) if kind == "tool_result" else block_id(DESCRIPTION_BLOCK + text)
         known = self.filter.known(block)
         if known == "clean":
             guard.m.verdicts.labels("result", "clean", "cache", "none").inc()
@@ -334,7 +343,7 @@ class McpGateway:
             return q
         t0 = time.perf_counter()
         v = await guard.ask(AdjudicateResult(request_id=request_id, tool=tool, content=text, block=block,
-                                              session=caller.session, key_id=caller.key))
+                                              session=caller.session, key_id=caller.key, kind=kind))
         guard.m.screened.observe(time.perf_counter() - t0)
         guard.m.verdicts.labels("result", v.verdict, "adjudicator", v.detector or "none").inc()
         self.filter.add(v)

@@ -6,6 +6,12 @@
 `Screener.inline` gives the fast verdict every request waits for; `Screener.model_stage` the second
 opinion, which the adjudicator runs either before answering (`screen_model=sync`) or after it
 (`async`: a late quarantine, enforced by the gateways' context filters and the kvmmu's eviction).
+
+What is screened is a tool result, or an MCP tool's description (`kind="tool_description"`). A description
+is written to the model ("use this tool when you need…"), so it gets the inline rules plus those for tool
+poisoning (inline.DESCRIPTION_RULES), and not the classifier: trained on tool results, it scores benign
+descriptions up to 0.79 and poisoned ones as low as 0.14 (tests/data/mcp/tool_descriptions.jsonl), which
+is no signal either way.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from fakcore.protocol import ContentKind
 from fakcore.screening import inline
 from fakcore.screening.model import DEFAULT_PATH, NgramModel
 
@@ -43,22 +50,23 @@ class Screener:
         # 0: the threshold the model was shipped with
         self.model_threshold = model_threshold or (self.model.threshold if self.model else 1.0)
 
-    def inline(self, content: str) -> Verdict:
-        r = inline.screen(content)
+    def inline(self, content: str, kind: ContentKind = "tool_result") -> Verdict:
+        r = inline.screen(content, kind)
         return Verdict(r.score >= self.inline_threshold, r.detector, r.score, r.reason, "inline")
 
-    def model_stage(self, content: str) -> Verdict:
-        if self.model is None:
+    def model_stage(self, content: str, kind: ContentKind = "tool_result") -> Verdict:
+        """The classifier's verdict; a tool description is never quarantined by it (see the module's docstring)."""
+        if self.model is None or kind == "tool_description":
             return Verdict(False, "", 0.0, "", "model")
         p = self.model.score(content)
         hit = p >= self.model_threshold
         return Verdict(hit, "model:ngram-lr" if hit else "", round(p, 4),
                        "the classifier reads it as an injection" if hit else "", "model")
 
-    def screen(self, content: str) -> Verdict:
+    def screen(self, content: str, kind: ContentKind = "tool_result") -> Verdict:
         """Both stages: the inline verdict if it quarantines, else the model's."""
-        v = self.inline(content)
-        if v.quarantine:
+        v = self.inline(content, kind)
+        if v.quarantine or kind == "tool_description":
             return v
         m = self.model_stage(content)
         return m if m.quarantine else Verdict(False, "", max(v.score, m.score), "", "model" if self.model else "inline")

@@ -170,6 +170,32 @@ RULES: list[tuple[str, float, re.Pattern[str], str]] = [
 ]
 
 
+# A tool's description is written to the model, so the rules for text addressed to it ("use this tool when
+# you need…") say nothing there. What a poisoned description does instead (tool poisoning, shadowing):
+_SENSITIVE_PATH = (r"(?:~|\$HOME|/home/\w+|/root)/\.(?:ssh|aws|gnupg|kube|docker|config/gcloud|cursor|netrc|npmrc|pypirc|git-credentials|env)"
+                   r"|\bid_(?:rsa|ed25519|ecdsa|dsa)\b|\bmcp\.json\b|\.aws/credentials\b|/etc/(?:passwd|shadow)\b|\bwallet\.dat\b")
+DESCRIPTION_RULES: list[tuple[str, float, re.Pattern[str], str]] = [
+    ("description_secret_access", 0.9, re.compile(
+        rf"\b(?:read|cat|open|load|fetch|include|attach|pass|send|copy|provide|add|upload)\b[^\n]{{0,60}}(?:{_SENSITIVE_PATH})"
+        rf"|(?:{_SENSITIVE_PATH})[^\n]{{0,60}}\b(?:as|into|in) (?:the )?['\"`]?\w+['\"`]? (?:argument|parameter|field)", I),
+     "the description asks for a secret file"),
+    ("description_precondition", 0.85, re.compile(
+        r"\bbefore (?:using|calling|invoking|you (?:use|call|invoke)) this tool,? (?:you (?:must|should|need to) |always |first )?"
+        r"(?:read|call|fetch|open|send|run|execute|invoke|visit|upload|email|post)\b"
+        r"|\botherwise the tool will (?:not|fail|crash|stop)\b", I),
+     "the description makes another action a precondition of the tool"),
+    ("tool_shadowing", 0.85, re.compile(
+        r"\b(?:side effect|effect) on the (?:also present |other )?[\w.-]+ tool\b"
+        r"|\bwhen this tool is (?:available|present|installed|loaded)\b[^.\n]{0,80}\b(?:must|should|always|never)\b"
+        r"|\b(?:the|any|all) (?:other )?[\w.-]+ tools? (?:must|should) (?:always )?(?:send|forward|use|call|include|bcc|cc)\b", I),
+     "the description changes how other tools behave"),
+    ("concealment", 0.85, re.compile(
+        r"\b(?:do not|don't|never) (?:mention|tell|reveal|say|disclose|explain)\b[^.\n]{0,40}\b(?:that you|this (?:step|instruction|note)|it to)\b"
+        r"|<(?:IMPORTANT|SECRET|HIDDEN|INSTRUCTIONS?)>", I),
+     "the description hides something from the user"),
+]
+
+
 @dataclass(frozen=True)
 class InlineResult:
     score: float
@@ -202,8 +228,8 @@ def _quoted_mention(text: str, m: re.Match[str]) -> bool:
     return bool(_MENTION.search(text[max(0, start - 40): start - 1]))
 
 
-def _run_rules(text: str, hits: dict[str, tuple[float, str]]) -> None:
-    for name, score, pattern, reason in RULES:
+def _run_rules(text: str, hits: dict[str, tuple[float, str]], rules: list = RULES) -> None:
+    for name, score, pattern, reason in rules:
         if score <= hits.get(name, (0.0, ""))[0]:
             continue
         for m in pattern.finditer(text):
@@ -212,15 +238,18 @@ def _run_rules(text: str, hits: dict[str, tuple[float, str]]) -> None:
                 break
 
 
-def screen(content: str) -> InlineResult:
+def screen(content: str, kind: str = "tool_result") -> InlineResult:
+    """`kind` "tool_description": a tool's title, description and schema texts, which also get the rules for
+    tool poisoning (DESCRIPTION_RULES)."""
+    rules = RULES + DESCRIPTION_RULES if kind == "tool_description" else RULES
     revealed = reveal(content)
     hits: dict[str, tuple[float, str]] = {}
     for name, score, reason in revealed.signals:
         hits[name] = (score, reason)
-    _run_rules(revealed.text, hits)
+    _run_rules(revealed.text, hits, rules)
     for how, layer in revealed.layers:
         inner: dict[str, tuple[float, str]] = {}
-        _run_rules(layer, inner)
+        _run_rules(layer, inner, rules)
         if inner:
             best = max(inner.values(), key=lambda v: v[0])
             key = f"encoded_{how}" if how not in ("unicode_tags",) else "hidden_unicode_tags"

@@ -599,9 +599,48 @@ def test_dockerfile_lints_clean():
 def test_dockerfile_copies_what_exists_and_runs_unprivileged():
     lines = [ln.split() for ln in (ROOT / "Dockerfile").read_text().splitlines() if ln and not ln.startswith("#")]
     for words in lines:
-        if words[0] == "COPY":
+        if words[0] == "COPY" and not words[1].startswith("--from="):  # not what a build stage holds
             for src in words[1:-1]:
                 assert (ROOT / src).exists(), f"Dockerfile copies missing {src}"
     users = [w[1] for w in lines if w[0] == "USER"]
     assert users and users[-1] not in ("root", "0")
     assert ".env" in (ROOT / ".dockerignore").read_text().split(), "the compose .env (passwords) must stay out of the image"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# MCP servers behind /mcp
+# ---------------------------------------------------------------------------------------------------------
+
+def test_the_shipped_mcp_servers_file_loads():
+    from fakcore.mcp_config import load
+
+    assert load(DEPLOY / "mcp/servers.yaml", environ={}).servers == {}
+
+
+def test_compose_gives_the_gateway_its_mcp_servers_and_the_policy():
+    gateway = compose()["services"]["gateway"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in gateway["volumes"])  # host:container[:ro]
+    env = gateway["environment"]
+    for setting, folder in (("FAK_MCP", "./deploy/mcp"), ("FAK_POLICY", "./deploy/policies")):
+        path = env[setting].split(":-", 1)[1].rstrip("}")  # ${FAK_MCP:-/etc/fak/mcp/servers.yaml}
+        inside = next(c for h, c in mounts.items() if h == folder)
+        assert path.startswith(inside + "/") and (ROOT / folder / path[len(inside) + 1:]).exists(), (setting, path)
+
+
+def test_k8s_gives_the_gateway_its_mcp_servers_and_the_policy():
+    assert resources("ConfigMap")["fak-mcp"]["data"]["servers.yaml"] == (DEPLOY / "mcp/servers.yaml").read_text()
+    pod = workloads()["gateway"]["spec"]["template"]["spec"]
+    (c,) = [c for c in pod["containers"] if c["name"] == "gateway"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    maps = {v["name"]: v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v}
+    assert maps[next(n for n, p in mounts.items() if env["FAK_MCP"].startswith(p + "/"))] == "fak-mcp"
+    assert maps[next(n for n, p in mounts.items() if p == env["FAK_POLICY"])] == "fak-policy"
+    assert "/home/fak/.npm" in mounts.values()  # npx writes its cache under a read-only root filesystem
+
+
+def test_the_image_has_node_for_stdio_mcp_servers():
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM node:[\d.]+-bookworm-slim AS node$", text, re.M)
+    for tool in ("node", "npm", "npx"):
+        assert f"/usr/local/bin/{tool}" in text

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +96,31 @@ def test_inline_latency_is_small_on_a_long_result():
         screen(text)
     per = (time.perf_counter() - t0) / 20
     print(f"inline screening of {len(text)} chars: {per * 1e3:.2f} ms")
+
+
+# -- MCP tool descriptions (tool poisoning) --------------------------------------------------------------
+
+DESCRIPTIONS = [json.loads(line) for line in (Path(__file__).parents[2] / "data/mcp/tool_descriptions.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("entry", DESCRIPTIONS, ids=[d["name"] for d in DESCRIPTIONS])
+def test_tool_descriptions_are_screened_for_poisoning(entry):
+    """Benign descriptions (they address the model: "use this tool when…", "before calling this tool, check…")
+    pass; the poisoned ones (secret files as preconditions, shadowing other tools, hidden steps) quarantine."""
+    v = Screener().screen(entry["text"], "tool_description")
+    assert v.quarantine is entry["poisoned"], v
+
+
+def test_the_description_rules_apply_to_descriptions_only():
+    text = next(d["text"] for d in DESCRIPTIONS if d["name"] == "poison__bcc")
+    assert screen(text, "tool_description").score >= 0.4
+    assert screen(text).score < 0.4  # as a tool result it is judged by the result rules (and the model stage)
+
+
+def test_the_model_stage_does_not_judge_descriptions():
+    """Trained on tool results, the classifier reads benign descriptions as injections (0.79 on fetch's)."""
+    s = Screener()
+    text = next(d["text"] for d in DESCRIPTIONS if d["name"] == "fetch__fetch")
+    assert s.model is not None and s.model_stage(text).score > 0.5
+    assert not s.model_stage(text, "tool_description").quarantine
+    assert not s.screen(text, "tool_description").quarantine
