@@ -92,6 +92,7 @@ class Engines:
         self._seen: dict[str, float] = {}
         self._sent: dict[str, int] = {}  # requests in flight to a worker, sent since its last announce
         self._announces: dict[str, int] = {}  # announces heard per worker (which one a sent request counts against)
+        self._ended: dict[str, int] = {}  # requests ended since the worker's last announce, which that announce counted
         self._full: set[str] = set()  # workers that refused for load since their last announce
 
     async def start(self) -> None:
@@ -106,6 +107,7 @@ class Engines:
         self.workers[a.worker] = a
         self._seen["w:" + a.worker] = time.monotonic()
         self._sent.pop(a.worker, None)  # its own count now includes what we sent
+        self._ended.pop(a.worker, None)
         self._announces[a.worker] = self._announces.get(a.worker, 0) + 1
         self._full.discard(a.worker)
 
@@ -140,10 +142,16 @@ class Engines:
 
     # -- routing ----------------------------------------------------------------------------------------
     def free(self, a: Announce) -> int:
-        """Requests `a` could still take by its last announce (none once it refused one for load since)."""
+        """Requests `a` could still take by its last announce, less what ended since (none once it refused one
+        for load since). Without the ended ones, a worker announced mid-request looks busy for a whole
+        interval and a burst of short requests all goes to the others."""
         if a.worker in self._full:
             return 0
-        return a.capacity + a.queue_limit - a.active - a.queued
+        return a.capacity + a.queue_limit - a.active - a.queued + min(self._ended.get(a.worker, 0), a.active + a.queued)
+
+    def running(self, a: Announce) -> int:
+        """Requests `a` is running by its last announce, less those ended since, plus those sent since."""
+        return a.active - min(self._ended.get(a.worker, 0), a.active) + self._sent.get(a.worker, 0)
 
     def room(self, a: Announce) -> int:
         """`free`, less what this gateway sent it since that announce and is still running: a burst spreads
@@ -156,9 +164,13 @@ class Engines:
         return worker, self._announces.get(worker, 0)
 
     def _uncount(self, worker: str, announce: int) -> None:
-        """A request is over: it takes no room any more, unless an announce since has counted it already."""
-        if self._announces.get(worker, 0) == announce and self._sent.get(worker, 0) > 0:
-            self._sent[worker] -= 1
+        """A request is over: it takes no room any more. Counted by us until the worker's next announce,
+        else by that announce (then it is noted as ended, until the next one)."""
+        if self._announces.get(worker, 0) == announce:
+            if self._sent.get(worker, 0) > 0:
+                self._sent[worker] -= 1
+        else:
+            self._ended[worker] = self._ended.get(worker, 0) + 1
 
     def _pick(self, req: GenerateRequest, tried: set[str]) -> str:
         """The worker to send to ("": the model's queue group, when no untried worker has announced itself)."""
@@ -172,7 +184,7 @@ class Engines:
         if not live:
             return ""
         # most room; then the least busy; then any (so that equal workers share a trickle of requests)
-        best = max(live, key=lambda a: (self.room(a), self.free(a), -a.active - self._sent.get(a.worker, 0), random.random()))
+        best = max(live, key=lambda a: (self.room(a), self.free(a), -self.running(a), random.random()))
         return best.worker
 
     def _pin(self, session: str, worker: str) -> None:
