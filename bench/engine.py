@@ -113,7 +113,8 @@ def start_times(model: str, backend: str, threads: int, activations: str = "f32"
     import tempfile
 
     code = ("import time,numpy as np;t=time.perf_counter();"
-            "from fakcore.engine.loader import load_model,make_backend;from fakcore.engine.backend import Segment;"
+            "import fak_engine_cpu.backend;from fakcore.engine.loader import load_model,make_backend;"
+            "from fakcore.engine.backend import Segment;"
             f"m=load_model({model!r},make_backend({backend!r},threads={threads},activations={activations!r}) "
             f"if {backend!r}=='numba' else make_backend({backend!r}));"
             "c=m.transformer.new_cache();m.transformer.forward(np.arange(8),[Segment(c,slice(0,8))],np.array([7]));"
@@ -160,6 +161,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
     args = ap.parse_args(argv)
 
+    import fak_engine_cpu.backend  # noqa: F401  registers "numba"
     from fakcore.engine.loader import load_model, make_backend
     from fakcore.models.sources import resolve
 

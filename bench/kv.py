@@ -29,7 +29,7 @@ def _median(fn, reps: int) -> float:
 
 
 def eviction(model, context: int, span: int, reps: int) -> tuple[list[tuple[str, int, float, float, float]], float]:
-    from fakcore.engine.kvmanager import evict_cache, prefill
+    from fakcore.engine.eviction import evict_cache, prefill
 
     tf = model.transformer
     ids = [int(t) for t in np.random.default_rng(0).integers(0, model.config.vocab_size, context)]
@@ -58,7 +58,7 @@ def eviction(model, context: int, span: int, reps: int) -> tuple[list[tuple[str,
 
 
 def ttft(model, context: int, reps: int) -> tuple[float, float, int]:
-    from fakcore.engine.kvmanager import KVPool
+    from fakcore.engine.kvpool import KVPool
     from fakcore.engine.scheduler import Scheduler
     from fakcore.engine.sequence import Sequence
     from fakcore.protocol import GenerateRequest, Sampling
@@ -67,8 +67,7 @@ def ttft(model, context: int, reps: int) -> tuple[float, float, int]:
     vocab = model.config.vocab_size
 
     def first_token(pool: KVPool, prompt: list[int]) -> tuple[float, int]:
-        sched = Scheduler(model, lambda *a: None)
-        sched.acquire, sched.release = pool.acquire, pool.release
+        sched = Scheduler(model, lambda *a: None, kv=pool)
         req = GenerateRequest(request_id="b", model=model.name, sampling=Sampling(temperature=0.0, max_tokens=1))
         seq = Sequence(request=req, prompt=prompt, cache=None, model=model)
         t0 = time.perf_counter()
@@ -97,7 +96,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--span", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args(argv)
-    from fakcore.engine.kvmanager import prefill
+    import fak_engine_cpu.backend  # noqa: F401  registers "numba"
+    from fakcore.engine.eviction import prefill
     from fakcore.engine.loader import load_model, make_backend
 
     model = load_model(args.model, make_backend(args.backend))

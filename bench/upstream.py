@@ -380,7 +380,7 @@ CATEGORIES = (  # (label, substrings of the file or function name), first match 
     ("socket syscalls", ("of '_socket.socket'", "method 'send", "method 'recv")),
     ("redaction JSON walk (passthrough.py)", ("gateway/passthrough.py",)),
     ("wire decode (anthropic_wire/openai_wire, msgspec)", ("gateway/anthropic_wire.py", "gateway/openai_wire.py", "msgspec")),
-    ("guard, context filter, audit view", ("gateway/guard.py", "gateway/context_filter.py")),
+    ("guard, context filter, audit view", ("gateway/guard.py", "gateway/context_filter.py", "gateway/audit_view.py")),
     ("other fak gateway code", ("gateway/", "libs/fakcore")),
     ("httpx client to the upstream", ("httpx", "httpcore", "anyio", "sniffio")),
     ("nats client (adjudicate round trip)", ("nats/",)),

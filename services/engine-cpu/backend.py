@@ -23,7 +23,7 @@ import numpy as np
 
 from fakcore.engine.backend import BackendError, Segment, rope_inv_freq
 from fakcore.engine.kvcache import KVCache
-from fakcore.engine.reference import ReferenceBackend
+from fakcore.engine.registry import register_backend
 from fakcore.formats.quants.unpack import INTEGER_TYPES, unpack
 from fakcore.models.config import ModelConfig, RopeScaling
 
@@ -86,7 +86,8 @@ def pack_nibbles(q: np.ndarray) -> np.ndarray:
 
 class NumbaKVCache(KVCache):
     """KVCache plus a transposed copy of the keys, (L, Hkv, D, S): the layout the attention kernel reads.
-    Kept in step on every write and by every KV-MMU primitive; `k` stays the cache's truth (digests)."""
+    Kept in step on every write and after every move of the keys (`keys_changed`); `k` stays the cache's
+    truth (digests)."""
 
     def _alloc(self, capacity: int) -> None:
         old_kt = getattr(self, "kt", None)
@@ -101,7 +102,7 @@ class NumbaKVCache(KVCache):
         super().write(layer, start, k_pre, k, v)
         self.kt[layer, :, :, start:start + k.shape[0]] = k.transpose(1, 2, 0)
 
-    def sync_keys(self, a: int, b: int) -> None:
+    def keys_changed(self, a: int, b: int) -> None:
         if b > a:
             from fak_engine_cpu import kernels
 
@@ -270,7 +271,7 @@ class NumbaBackend:
                   softcap: float) -> np.ndarray:
         out = np.empty_like(q)
         for seg in segments:
-            cache: KVCache = seg.cache
+            cache: NumbaKVCache = seg.cache
             start = cache.length
             n = seg.rows.stop - seg.rows.start
             cache.write(layer, start, k_pre[seg.rows], k[seg.rows], v[seg.rows])
@@ -299,19 +300,7 @@ class NumbaBackend:
 
     # -- caches ----------------------------------------------------------------------------------------
     def new_cache(self, config: ModelConfig) -> NumbaKVCache:
-        return NumbaKVCache(config.n_layers, config.n_kv_heads, config.head_dim)
+        return NumbaKVCache(config.n_layers, config.n_kv_heads, config.head_dim, rope=self.rope)
 
-    # The KV-MMU primitives move host cache memory (the reference backend's code; kv_rerope goes through
-    # this backend's own `rope`), then bring the transposed keys in step.
-    def kv_drop(self, cache: NumbaKVCache, start: int, end: int) -> None:
-        ReferenceBackend.kv_drop(self, cache, start, end)
-        cache.sync_keys(start, cache.length - (end - start))
 
-    def kv_copy(self, src: NumbaKVCache, dst: NumbaKVCache, n: int) -> None:
-        ReferenceBackend.kv_copy(self, src, dst, n)
-        dst.sync_keys(0, n)
-
-    def kv_rerope(self, cache: NumbaKVCache, start: int, stop: int, tables: list) -> None:
-        ReferenceBackend.kv_rerope(self, cache, start, stop, tables)
-        cache.sync_keys(start, stop)
-
+register_backend("numba", NumbaBackend)

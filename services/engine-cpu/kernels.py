@@ -38,14 +38,6 @@ FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}  # no nnan/ninf: softmax st
 
 
 @njit(fastmath=FAST, inline="always", cache=True)
-def _dot(w: np.ndarray, x: np.ndarray) -> np.float32:
-    s = np.float32(0.0)
-    for k in range(w.shape[0]):
-        s += w[k] * x[k]
-    return s
-
-
-@njit(fastmath=FAST, inline="always", cache=True)
 def _dequant_row(q: np.ndarray, scale: np.ndarray, offset: np.ndarray, r: int, out: np.ndarray) -> None:
     """Row r of an unpacked matrix into out (subs, sub) float32."""
     subs, sub = q.shape[1], q.shape[2]

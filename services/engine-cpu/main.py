@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 
+import fak_engine_cpu.backend  # noqa: F401  registers "numba"
 from fakcore.engine.backend import BackendError
 from fakcore.engine.loader import describe, load_model, make_backend
 from fakcore.engine.worker import EngineWorker

@@ -1,6 +1,6 @@
 """engine-cuda: one worker per GPU (CUDA_VISIBLE_DEVICES), same bus subjects as engine-cpu.
 
-The CUDA backend is its own roadmap step (DESIGN.md §6, after the fast CPU engine). Until it lands this
+The CUDA backend is its own roadmap step (docs/architecture.md §6, after the fast CPU engine). Until it lands this
 service refuses to start with an explicit error rather than quietly serving from the CPU.
 """
 

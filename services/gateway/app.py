@@ -35,7 +35,8 @@ from litestar.middleware import ASGIMiddleware
 from litestar.response import Stream
 
 from fak_gateway import anthropic_wire, openai_wire, proxy, responses_wire
-from fak_gateway.context_filter import AuditView, ContextFilter
+from fak_gateway.audit_view import AuditView
+from fak_gateway.context_filter import ContextFilter
 from fak_gateway.engines import Engines
 from fak_gateway.errors import WireError, wire_of
 from fak_gateway.guard import Guard, start_backend
@@ -388,7 +389,7 @@ def _store(state: State) -> ResponseStore:
     return state.responses
 
 
-@get("/v1/responses/{response_id:str}", sync_to_thread=False)
+@get("/v1/responses/{response_id:str}")
 async def get_response(request: Request, response_id: str) -> Response:
     stored = await _store(_state(request)).get(response_id, _key_id(request))
     if stored is None:

@@ -36,7 +36,8 @@ from typing import Any
 
 import msgspec
 
-from fak_gateway.context_filter import AuditView, ContextFilter, placeholder
+from fak_gateway.audit_view import AuditView
+from fak_gateway.context_filter import ContextFilter, placeholder
 from fak_gateway.engines import derive_session
 from fak_gateway.errors import WireError
 from fakcore import bus

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -226,7 +225,41 @@ def test_audit_endpoint_needs_the_admin_key(topo):
         assert e.value.code == 401
 
 
-def test_hot_reload_applies_a_good_file_and_keeps_the_old_policy_on_a_bad_one(oai, policy_file):
+def adjudicator_health(nats_url: str):
+    """A reader of the adjudicator's /healthz, at the address its heartbeat on the bus gives."""
+    import asyncio
+
+    import nats
+
+    from fakcore.protocol import Decoders, subjects
+
+    async def find() -> str:
+        nc = await nats.connect(nats_url)
+        heard = asyncio.get_running_loop().create_future()
+
+        async def on_beat(msg) -> None:
+            if not heard.done():
+                heard.set_result(Decoders.heartbeat.decode(msg.data).metrics_url)
+
+        await nc.subscribe(subjects.health("adjudicator"), cb=on_beat)
+        try:
+            return await asyncio.wait_for(heard, 10)
+        finally:
+            await nc.close()
+
+    url = asyncio.run(find()) + "/healthz"
+
+    def read() -> dict:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:  # 503 (not ok) carries the same body
+            return json.loads(e.read())
+
+    return read
+
+
+def test_hot_reload_applies_a_good_file_and_keeps_the_old_policy_on_a_bad_one(oai, policy_file, nats_server):
     def decide() -> str:
         r = oai.chat.completions.create(model="synthetic", messages=[{"role": "user", "content": "Weather?"}],
                                         tools=[oai_tool("get_weather", weather("Paris"))], tool_choice=forced("get_weather"),
@@ -236,8 +269,11 @@ def test_hot_reload_applies_a_good_file_and_keeps_the_old_policy_on_a_bad_one(oa
     try:
         policy_file.write_text(POLICY.replace("[Paris, Rome]", "[Rome]"))
         assert wait_for(lambda: decide() == "stop"), "the changed policy was not picked up"
+        health = adjudicator_health(nats_server.url)
+        assert health()["policy_error"] == ""
         policy_file.write_text(POLICY.replace("enum:", "enumm:"))  # malformed: unknown field
-        time.sleep(1.0)
+        # the adjudicator has looked at the bad file once it reports the error (naming the file)
+        assert wait_for(lambda: str(policy_file) in health()["policy_error"]), health()
         assert decide() == "stop"  # still the last good policy
     finally:
         policy_file.write_text(POLICY)

@@ -12,8 +12,9 @@ import anthropic
 import openai
 import pytest
 
-from fakcore.engine.scheduler import Scheduler
-from fakcore.engine.sequence import Sequence, prepare
+from fakcore.engine.prompt import build_prompt
+from fakcore.engine.scheduler import Chunk, Scheduler
+from fakcore.engine.sequence import Sequence
 from fakcore.protocol import ChatMessage, GenerateRequest, Sampling
 from tests.conftest import base_settings, running
 from tests.unit.kv.support import model
@@ -39,8 +40,8 @@ def uncached(question: str) -> tuple[str, int]:
     req = GenerateRequest(request_id="u", model="synthetic", sampling=Sampling(temperature=0.0, max_tokens=TOKENS),
                           messages=[ChatMessage(role="system", content=PREFIX), ChatMessage(role="user", content=question)])
     out: list[str] = []
-    sched = Scheduler(m, lambda seq, kind, payload: out.append(payload[0]) if kind == "chunk" else None)
-    p = prepare(m, req)
+    sched = Scheduler(m, lambda ev: out.append(ev.text) if isinstance(ev, Chunk) else None)
+    p = build_prompt(m, req)
     seq = Sequence(request=req, prompt=p.ids, cache=m.transformer.new_cache(), model=m)
     sched.submit(seq)
     while sched.step():

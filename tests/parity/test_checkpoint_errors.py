@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from fakcore.engine.transformer import WeightError
 from fakcore.models.checkpoint import load_checkpoint
 from fakcore.models.config import ConfigError
+from fakcore.models.shapes import WeightError
 
 from .support import build_hf_model, save_hf, vocab_metadata, write_gguf
 

@@ -1,7 +1,7 @@
 """Every family against HuggingFace transformers: a random tiny model with the family's special features
 switched on, loaded by fak from safetensors and from GGUF files written as llama.cpp writes them (f32, f16,
-Q8_0), must give the same logits (max |Δ| <= 1e-4), the same argmax at every position, and the same logits
-decoding token by token through the KV cache as in one full pass.
+Q8_0), must give the same logits (max |Δ| <= LOGITS_BOUND), the same argmax at every position, and the same
+logits decoding token by token through the KV cache as in one full pass (max |Δ| <= CACHED_BOUND).
 
 For f16 and Q8_0 the HuggingFace model runs the same rounded weights (support.build_hf_model), so what is
 compared is the arithmetic, not the storage format's precision.
@@ -15,18 +15,22 @@ import pytest
 from fakcore.engine.loader import load_model
 from fakcore.engine.reference import ReferenceBackend
 
-from .support import FAMILIES, FORMATS, TOLERANCE, export, hf_logits, measure, tokens_for
+from .support import FAMILIES, FORMATS, SEQ, TOLERANCE, export, hf_logits, measure, tokens_for
 
 CASES = [(name, fmt) for name, fam in FAMILIES.items() for fmt in FORMATS if fmt == "safetensors" or fam.gguf_ok]
+# The bounds CLAIMS.md states (claim 16). The largest measured is 2.1e-5 on both (AMD EPYC, AVX-512); the
+# rest is room for another CPU's BLAS (torch's and numpy's) to sum in another order.
+LOGITS_BOUND = 5e-5
+CACHED_BOUND = 5e-5
 
 
 @pytest.mark.parametrize(("name", "fmt"), CASES, ids=[f"{n}-{f}" for n, f in CASES])
 def test_logits_match_huggingface(name, fmt, tmp_path):
     model, path = export(name, fmt, tmp_path)
     m = measure(f"{name} / {fmt}", path, model, tokens_for())
-    assert m.logits_max_abs <= TOLERANCE
-    assert m.argmax_agree == m.positions
-    assert m.cached_max_abs <= TOLERANCE
+    assert m.logits_max_abs <= LOGITS_BOUND
+    assert m.argmax_agree == m.positions == SEQ
+    assert m.cached_max_abs <= CACHED_BOUND
 
 
 @pytest.mark.parametrize("name", [n for n, fam in FAMILIES.items() if fam.gguf_ok])

@@ -24,7 +24,10 @@ PROMPTS = (
     "Explain in two sentences what a hash table is.",
 )
 NEW_TOKENS = 64
-MIN_COSINE = 0.99999
+# The bounds CLAIMS.md states (claim 17). Measured: 1 - cos 7.2e-12, logits max|Δ| 7.4e-5 to 1.2e-4 (AMD
+# EPYC); the rest is room for another CPU's BLAS to sum in another order.
+MIN_COSINE = 1 - 1e-9
+MAX_LOGITS_DELTA = 5e-4
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +115,7 @@ def test_hidden_states_and_logits(fak, hf):
     print("\n" + "\n".join(SMOLLM2_NOTES[-2:]))
     assert min(cosines) >= MIN_COSINE, cosines
     assert (logits.argmax(-1) == out.logits[0].numpy().argmax(-1)).all()
-    assert delta <= 1e-3
+    assert delta <= MAX_LOGITS_DELTA
 
 
 def fak_greedy(fak: LoadedModel, ids: list[int], n: int) -> list[int]:

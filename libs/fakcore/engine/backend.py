@@ -6,7 +6,7 @@ Model families are written once against this (see engine/transformer.py); the re
 never touches directly except through these methods, `reshape`, and row indexing.
 
 Determinism contract: every per-token result (a row of `linear`, a token's attention output) must not depend
-on how many other tokens are in the call. Exact KV eviction (DESIGN §3) relies on it; backends that cannot
+on how many other tokens are in the call. Exact KV eviction (docs/architecture.md §3) relies on it; backends that cannot
 promise it say so with `batch_invariant = False`.
 """
 
@@ -20,6 +20,7 @@ import numpy as np
 from fakcore.models.config import ModelConfig, RopeScaling
 
 if TYPE_CHECKING:
+    from fakcore.engine.kvcache import KVCache
     from fakcore.formats.tensor import Tensor
 
 Act = Any  # a backend's activation array: (rows, features) or (rows, heads, head_dim)
@@ -38,7 +39,7 @@ class Segment:
     `cache.length … cache.length + n - 1`; their keys/values are appended to `cache`.
     """
 
-    cache: Any  # the sequence's KVCache
+    cache: KVCache  # the sequence's
     rows: slice
 
 
@@ -69,25 +70,10 @@ class Backend(Protocol):
     def to_host(self, x: Act) -> np.ndarray: ...
 
     # -- caches ----------------------------------------------------------------------------------------
-    def new_cache(self, config: ModelConfig) -> Any: ...
-
-    # KV-MMU primitives (engine/kvmanager.py). They move cache memory only: the cache's metadata (length,
-    # tokens, spans) is the KVCache's own business and the caller updates it after the op. All three are
-    # bit-exact copies or the same arithmetic as the forward pass, so the claims of DESIGN §3 hold:
-    #
-    # kv_drop(cache, start, end): close the gap [start, end). For every layer, the slots end…length-1 of
-    #     k, v and k_pre move to start…length-1-(end-start), bit for bit (keys are NOT re-rotated). Requires
-    #     0 <= start <= end <= cache.length; reads cache.length, writes no metadata. Slots past the new end
-    #     keep stale data (the next write overwrites them).
-    # kv_rerope(cache, start, stop, tables): for every layer l and slot p in start…stop-1,
-    #     k[l, :, p] = rope(k_pre[l, :, p] as a (1, Hkv, D) row, positions=[p], tables[l]), bit-identical to
-    #     what `rope` gives that row at position p inside any forward pass. `tables` is Transformer.rope (one
-    #     table per layer). Requires stop <= cache.length and a cache kept with pre-RoPE keys.
-    # kv_copy(src, dst, n): slots 0…n-1 of src (k, v, k_pre, every layer) into dst bit for bit, growing dst
-    #     as needed. dst must be empty (length 0) and of the same shape; src is unchanged.
-    def kv_drop(self, cache: Any, start: int, end: int) -> None: ...
-    def kv_rerope(self, cache: Any, start: int, stop: int, tables: list[Any]) -> None: ...
-    def kv_copy(self, src: Any, dst: Any, n: int) -> None: ...
+    # A cache of this backend's kind (engine/kvcache.py's KVCache or a subclass), handed this backend's
+    # `rope`. The cache moves its own memory with its metadata (drop, copy_prefix, rerotate): the backend
+    # keeps the math only.
+    def new_cache(self, config: ModelConfig) -> KVCache: ...
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> np.ndarray:

@@ -1,35 +1,49 @@
-"""The KV cache of one sequence: a small class that owns its offsets, its tokens and its span map.
+"""The KV cache of one sequence: a small class that owns its memory, its offsets, its tokens and its span map.
 
 Slot i always holds the token at position i. Keys are stored twice: after RoPE (what attention reads) and
 before RoPE (so that survivors of a `shift` eviction can be re-rotated at new positions without recompute).
 The cache knows nothing about the model; the forward pass writes layer by layer and `commit`s the tokens
 when every layer has them.
+
+The backend makes its caches (`Backend.new_cache`) and hands each its `rope`; everything that moves cache
+memory is a method here and moves the metadata with it, so no caller can move one without the other:
+
+    drop(start, end)         close the gap [start, end): slots, tokens and spans after it move down
+    copy_prefix(src, n)      an empty cache takes src's first n slots and tokens
+    rerotate(start, stop, …) keys re-rotated from their pre-RoPE copies at their current positions
+    truncate(n)              forget every position from n on
+
+All of them are bit-exact copies or the forward pass's own arithmetic, so the claims of docs/architecture.md §3 hold. A
+backend whose attention reads another layout of the keys subclasses this and keeps it in step in
+`keys_changed` (engine-cpu's NumbaKVCache).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from fakcore.protocol import Span
 
-@dataclass
-class SpanEntry:
-    block: str  # content hash of the message / tool result
-    start: int  # first position
-    end: int  # one past the last
+# The backend's `rope`: (T, Hkv, D) pre-RoPE rows, their positions (T,), one layer's table -> rotated rows.
+RopeFn = Callable[[np.ndarray, np.ndarray, Any], np.ndarray]
 
 
 class KVCache:
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, capacity: int = 64,
-                 keep_pre_rope: bool = True, dtype: type = np.float32):
+                 keep_pre_rope: bool = True, dtype: type = np.float32, rope: RopeFn | None = None):
         self.shape = (n_layers, n_kv_heads, head_dim)
         self.dtype = dtype
         self.keep_pre_rope = keep_pre_rope
+        self.rope = rope  # what `rerotate` applies: the backend's own, bit-identical to its forward pass
         self.length = 0  # committed tokens
         self.tokens: list[int] = []  # the committed token ids, position by position
-        self.spans: list[SpanEntry] = []
+        # which positions hold which content block; a Span is never changed in place (replaced), so span
+        # maps on the bus may share them
+        self.spans: list[Span] = []
         self._alloc(capacity)
 
     def _alloc(self, capacity: int) -> None:
@@ -39,6 +53,14 @@ class KVCache:
         self.v = np.zeros((n_layers, n_kv, capacity, hd), self.dtype)  # (L, Hkv, S, D)
         self.k_pre = np.zeros((n_layers, n_kv, capacity, hd), self.dtype) if self.keep_pre_rope else None
 
+    def _arrays(self) -> list[np.ndarray]:
+        return [a for a in (self.k, self.v, self.k_pre) if a is not None]
+
+    def keys_changed(self, start: int, stop: int) -> None:
+        """Slots start…stop-1 of `k` changed outside `write` (a drop, copy or re-rotation): a subclass that
+        keeps another layout of the keys brings it in step here."""
+
+    # -- the forward pass ----------------------------------------------------------------------------
     def reserve(self, total: int) -> None:
         """Make room for `total` positions (amortized doubling)."""
         if total <= self.capacity:
@@ -65,17 +87,58 @@ class KVCache:
         self.tokens.extend(int(t) for t in tokens)
         self.length += len(tokens)
 
-    def forget(self, start: int, end: int) -> None:
-        """The metadata side of dropping positions start…end-1 (the backend's `kv_drop` moved the memory):
-        later tokens move down, spans inside the range go, spans after it move with their tokens."""
+    # -- the KV-MMU's moves --------------------------------------------------------------------------
+    def drop(self, start: int, end: int) -> None:
+        """Close the gap of positions start…end-1 (clipped to the cache). For every layer the slots
+        end…length-1 of k, v and k_pre move to start…, bit for bit (keys are NOT re-rotated: see
+        `rerotate`); tokens move with them, spans inside the range go, spans after it move down. Slots past
+        the new end keep stale data (the next write overwrites them)."""
         start, end = max(0, start), min(end, self.length)
         d = end - start
         if d <= 0:
             return
+        n = self.length
+        for arr in self._arrays():
+            arr[:, :, start:n - d] = arr[:, :, end:n].copy()
         del self.tokens[start:end]
         self.length -= d
         self.spans = cut_spans(self.spans, [(start, end)])
+        self.keys_changed(start, self.length)
 
+    def copy_prefix(self, src: KVCache, n: int) -> None:
+        """Take src's slots 0…n-1 (k, v, k_pre, every layer; bit for bit) and their tokens, growing as needed.
+        This cache must be empty and of src's shape; src is unchanged. Spans are the caller's: they
+        describe the request, not the memory."""
+        assert self.length == 0 and n <= src.length and self.shape == src.shape, (self.length, n, src.length)
+        self.reserve(n)
+        for theirs, mine in ((src.k, self.k), (src.v, self.v), (src.k_pre, self.k_pre)):
+            if theirs is not None and mine is not None:
+                mine[:, :, :n] = theirs[:, :, :n]
+        self.commit(src.tokens[:n])
+        self.keys_changed(0, n)
+
+    def rerotate(self, start: int, stop: int, tables: list[Any]) -> None:
+        """For every layer l and slot p in start…stop-1: k[l, :, p] = rope(k_pre[l, :, p], [p], tables[l]),
+        bit-identical to what the backend's `rope` gives that row at position p inside any forward pass.
+        `tables` is Transformer.rope (one table per layer)."""
+        assert self.k_pre is not None and self.rope is not None, "re-rotation needs pre-RoPE keys and the backend's rope"
+        assert stop <= self.length, (stop, self.length)
+        if stop <= start:
+            return
+        positions = np.arange(start, stop)
+        for layer, table in enumerate(tables):
+            rows = self.k_pre[layer, :, start:stop].transpose(1, 0, 2)  # (T, Hkv, D)
+            self.k[layer, :, start:stop] = self.rope(rows, positions, table).transpose(1, 0, 2)
+        self.keys_changed(start, stop)
+
+    def truncate(self, n: int) -> None:
+        """Forget every position from n on (their slots are reused by the next write)."""
+        n = max(0, min(n, self.length))
+        self.length = n
+        del self.tokens[n:]
+        self.spans = [Span(block=s.block, start=s.start, end=min(s.end, n)) for s in self.spans if s.start < n]
+
+    # -- views ---------------------------------------------------------------------------------------
     def ranges_of(self, blocks: set[str]) -> list[tuple[int, int]]:
         """Sorted, merged (start, end) ranges of every span holding one of `blocks`."""
         return merge_ranges([(s.start, s.end) for s in self.spans if s.block in blocks])
@@ -85,19 +148,9 @@ class KVCache:
         n = self.length
         return self.k[:, :, :n], self.v[:, :, :n]
 
-    def truncate(self, n: int) -> None:
-        """Forget every position from n on (their slots are reused by the next write)."""
-        n = max(0, min(n, self.length))
-        self.length = n
-        del self.tokens[n:]
-        self.spans = [s for s in self.spans if s.start < n]
-        for s in self.spans:
-            s.end = min(s.end, n)
-
     @property
     def nbytes(self) -> int:
-        per = self.k.nbytes + self.v.nbytes + (self.k_pre.nbytes if self.k_pre is not None else 0)
-        return per
+        return sum(a.nbytes for a in self._arrays())
 
     def digest(self) -> str:
         """sha256 over the committed keys and values of every layer (what a receipt compares)."""
@@ -127,13 +180,13 @@ def cut_tokens(tokens: list[int], ranges: list[tuple[int, int]]) -> list[int]:
     return out + tokens[pos:]
 
 
-def cut_spans(spans: list[SpanEntry], ranges: list[tuple[int, int]]) -> list[SpanEntry]:
-    """Span entries after removing `ranges` (sorted, disjoint): spans inside a range go, later ones move
-    down by the tokens removed before them; a span only partly cut keeps its surviving tokens."""
+def cut_spans(spans: list[Span], ranges: list[tuple[int, int]]) -> list[Span]:
+    """Spans after removing `ranges` (sorted, disjoint): spans inside a range go, later ones move down by
+    the tokens removed before them; a span only partly cut keeps its surviving tokens."""
     out = []
     for s in spans:
         start = s.start - sum(max(0, min(e, s.start) - b) for b, e in ranges)
         end = s.end - sum(max(0, min(e, s.end) - b) for b, e in ranges)
         if end > start:
-            out.append(SpanEntry(s.block, start, end))
+            out.append(Span(block=s.block, start=start, end=end))
     return out

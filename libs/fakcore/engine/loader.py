@@ -3,6 +3,7 @@
 `load_model("synthetic" | "smollm2-135m" | path | "hf://org/repo", backend)` resolves the reference
 (models/sources.py), reads the file (formats/), derives the config with the family named by the file's
 architecture string (models/<arch>.py), checks every tensor, and places the weights on the backend.
+`make_backend(name)` builds a backend registered under that name (engine/registry.py).
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+import fakcore.engine.reference  # noqa: F401  registers "reference", the backend shared code ships
 from fakcore.engine.backend import Backend, BackendError
+from fakcore.engine.registry import BACKENDS
 from fakcore.engine.transformer import Transformer, load_weights
 from fakcore.formats.tensor import Tensor
 from fakcore.models.config import ModelConfig
+from fakcore.text.byte_tokenizer import ByteTokenizer
 from fakcore.text.chat import ChatTemplate
-from fakcore.text.tokenizer import ByteTokenizer, Tokenizer
+from fakcore.text.tokenizer import Tokenizer
 
 
 @dataclass
@@ -43,25 +47,23 @@ def digest_tensors(tensors: dict[str, Tensor]) -> str:
     return h.hexdigest()
 
 
-def make_backend(name: str, **options: Any) -> Backend:
-    """The backend named by FAK_BACKEND. An unknown or unavailable one is an explicit error."""
-    if name == "reference":
-        from fakcore.engine.reference import ReferenceBackend
+# Who registers each backend fak knows of, for the error when one is asked for in a process that lacks it.
+PROVIDERS = {
+    "reference": "fakcore.engine.reference",
+    "numba": "engine-cpu (its module fak_engine_cpu.backend registers it)",
+    "cuda": "engine-cuda",
+}
 
-        return ReferenceBackend()
-    if name == "numba":
-        try:
-            from fak_engine_cpu.backend import NumbaBackend
-        except ImportError as exc:
-            raise BackendError(f"backend 'numba' is not available: {exc}") from exc
-        return NumbaBackend(**options)
-    if name == "cuda":
-        try:
-            from fak_engine_cuda.backend import CudaBackend
-        except ImportError as exc:
-            raise BackendError(f"backend 'cuda' is not available: {exc}") from exc
-        return CudaBackend()
-    raise BackendError(f"unknown backend {name!r}: expected reference, numba or cuda")
+
+def make_backend(name: str, **options: Any) -> Backend:
+    """The backend named by FAK_BACKEND, from those registered. An unknown or absent one is an explicit error."""
+    factory = BACKENDS.get(name)
+    if factory is not None:
+        return factory(**options)
+    if name in PROVIDERS:
+        raise BackendError(f"backend {name!r} is not registered in this process: the {name} backend is served by "
+                           f"{PROVIDERS[name]}")
+    raise BackendError(f"unknown backend {name!r}: expected {', '.join(PROVIDERS)}")
 
 
 def load_model(ref: str, backend: Backend, cache_dir: str = "") -> LoadedModel:

@@ -19,7 +19,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fakcore.protocol import ChatMessage, ErrorCode, ToolSpec, block_id
+from fakcore.protocol import (
+    ChatMessage,
+    CountTokensRequest,
+    ErrorCode,
+    GenerateRequest,
+    Span,
+    ToolSpec,
+    block_id,
+)
 
 
 class RequestError(Exception):
@@ -30,18 +38,11 @@ class RequestError(Exception):
         self.code = code
 
 
-@dataclass(frozen=True)
-class PromptSpan:
-    block: str  # content hash of the message
-    start: int  # first token position
-    end: int  # one past the last
-
-
 @dataclass
 class Prompt:
     ids: list[int]
     text: str
-    spans: list[PromptSpan] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)  # which token range holds which message content
     literal: bool = False  # contents were tokenized literally (special-token text found inside them)
 
 
@@ -71,6 +72,11 @@ def template_messages(messages: list[ChatMessage], contents: list[str] | None = 
     return out
 
 
+def uses_tools(request: GenerateRequest) -> bool:
+    """The generation may call the request's tools (they are rendered into its prompt)."""
+    return bool(request.tools) and request.tool_choice != "none" and request.prompt is None
+
+
 def template_tools(tools: list[ToolSpec]) -> list[dict[str, Any]] | None:
     if not tools:
         return None
@@ -79,8 +85,10 @@ def template_tools(tools: list[ToolSpec]) -> list[dict[str, Any]] | None:
             for t in tools]
 
 
-def build_prompt(model: Any, request: Any, *, with_tools: bool = True) -> Prompt:
-    """The prompt of a GenerateRequest / CountTokensRequest on `model` (a LoadedModel)."""
+def build_prompt(model: Any, request: GenerateRequest | CountTokensRequest) -> Prompt:
+    """The prompt of a request on `model` (a LoadedModel), rendered and tokenized, with its span map.
+
+    A count renders every tool it is given; a generation renders them only when it may call them."""
     tok = model.tokenizer
     if request.prompt is not None:  # raw completion: the caller wrote every token, specials included
         return Prompt(ids=tok.encode(request.prompt, add_bos=tok.add_bos), text=request.prompt)
@@ -89,6 +97,7 @@ def build_prompt(model: Any, request: Any, *, with_tools: bool = True) -> Prompt
     messages: list[ChatMessage] = request.messages
     if not messages:
         raise RequestError(ErrorCode.INVALID, "messages must not be empty")
+    with_tools = uses_tools(request) if isinstance(request, GenerateRequest) else True
     tools = template_tools(request.tools) if with_tools else None
     contents = [m.content for m in messages]
     try:
@@ -176,7 +185,7 @@ def _encode_literal_contents(tok: Any, text: str, places: list[tuple[int, int, i
     return ids, offsets
 
 
-def _token_spans(places: list[tuple[int, int, int]], offsets: list[tuple[int, int]], blocks: list[str]) -> list[PromptSpan]:
+def _token_spans(places: list[tuple[int, int, int]], offsets: list[tuple[int, int]], blocks: list[str]) -> list[Span]:
     """Tokens overlapping each content's characters (offsets are non-decreasing, so bisect)."""
     starts = [a for a, _ in offsets]
     ends = [b for _, b in offsets]
@@ -185,5 +194,5 @@ def _token_spans(places: list[tuple[int, int, int]], offsets: list[tuple[int, in
         first = bisect.bisect_right(ends, start)  # first token ending after `start`
         last = bisect.bisect_left(starts, end)  # first token starting at or after `end`
         if first < last:
-            spans.append(PromptSpan(block=blocks[i], start=first, end=last))
+            spans.append(Span(block=blocks[i], start=first, end=last))
     return spans

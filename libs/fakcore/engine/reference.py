@@ -10,6 +10,7 @@ import numpy as np
 
 from fakcore.engine.backend import Segment, rope_inv_freq
 from fakcore.engine.kvcache import KVCache
+from fakcore.engine.registry import register_backend
 from fakcore.models.config import ModelConfig, RopeScaling
 
 
@@ -120,27 +121,7 @@ class ReferenceBackend:
 
     # -- caches ----------------------------------------------------------------------------------------
     def new_cache(self, config: ModelConfig) -> KVCache:
-        return KVCache(config.n_layers, config.n_kv_heads, config.head_dim)
+        return KVCache(config.n_layers, config.n_kv_heads, config.head_dim, rope=self.rope)
 
-    def kv_drop(self, cache: KVCache, start: int, end: int) -> None:
-        n = cache.length
-        assert 0 <= start <= end <= n, (start, end, n)
-        for arr in (cache.k, cache.v, cache.k_pre):
-            if arr is not None:
-                arr[:, :, start:n - (end - start)] = arr[:, :, end:n].copy()
 
-    def kv_rerope(self, cache: KVCache, start: int, stop: int, tables: list) -> None:
-        assert cache.k_pre is not None and stop <= cache.length
-        if stop <= start:
-            return
-        positions = np.arange(start, stop)
-        for layer, table in enumerate(tables):
-            rows = cache.k_pre[layer, :, start:stop].transpose(1, 0, 2)  # (T, Hkv, D)
-            cache.k[layer, :, start:stop] = self.rope(rows, positions, table).transpose(1, 0, 2)
-
-    def kv_copy(self, src: KVCache, dst: KVCache, n: int) -> None:
-        assert dst.length == 0 and n <= src.length
-        dst.reserve(n)
-        for a, b in ((src.k, dst.k), (src.v, dst.v), (src.k_pre, dst.k_pre)):
-            if a is not None and b is not None:
-                b[:, :, :n] = a[:, :, :n]
+register_backend("reference", ReferenceBackend)

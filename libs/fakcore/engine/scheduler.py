@@ -3,13 +3,15 @@
 Each step builds one batch: a chunk of prompt for sequences still prefilling (at most `prefill_chunk` tokens
 per step, so a long prompt never stalls the streams already decoding) and the newest token of every
 decoding sequence. One forward pass reads the weights once for all of them; each sequence keeps its own KV
-cache (a Segment of the batch). Finished sequences leave, waiting ones join, at every step.
+cache (a Segment of the batch). Finished sequences leave, waiting ones join, at every step:
 
-Events go to `on_event(seq, kind, payload)` from the scheduler thread: ("chunk", (text, token_ids, logprobs)),
-("done", None), ("error", (code, message)). The worker hops them onto its event loop.
+    step = admit (cancel, join, time out) -> pack (the batch's rows) -> forward -> sample (events out)
 
-The scheduler thread is the only one that touches KV caches: a sequence gets its cache from the `acquire`
-hook when it becomes active and hands it back through `release` (the worker's KVPool), and other threads
+Events go to `on_event(event)` from the scheduler thread, one small dataclass each: `Chunk` (text, token
+ids, logprobs), `Done`, `Failed` (code, message). The worker hops them onto its event loop.
+
+The scheduler thread is the only one that touches KV caches: a sequence gets its cache from the KV pool
+(`kv.acquire`) when it becomes active and hands it back (`kv.give_back`) when it leaves, and other threads
 run cache work (evictions, stats) through `call`, between two steps. A held sequence (verdict barrier)
 prefills all but its last prompt token and then waits, without a batch row, until `held` is cleared or
 `hold_timeout` passes.
@@ -23,32 +25,93 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fakcore.engine.backend import Segment
+from fakcore.engine.kvpool import KVPool
 from fakcore.engine.loader import LoadedModel
 from fakcore.engine.sequence import Sequence
-from fakcore.protocol import ErrorCode
+from fakcore.protocol import ErrorCode, TokenLogprob
 
 log = logging.getLogger("fak.engine.scheduler")
 
-EventFn = Callable[[Sequence, str, Any], None]
+PREFILL_CHUNK = 256  # prompt tokens per step, over every prefilling sequence
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Events (scheduler thread -> the worker)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What one step added to a sequence's output (any part may be empty, not all of them)."""
+
+    seq: Sequence
+    text: str  # content text to stream
+    token_ids: list[int]  # the tokens sampled
+    logprobs: list[TokenLogprob]  # Sampling.logprobs: the tokens whose text is in `text`
+
+
+@dataclass(frozen=True)
+class Done:
+    """The sequence finished (seq.finish_reason says why); its cache has been given back."""
+
+    seq: Sequence
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The sequence failed; its cache has been given back."""
+
+    seq: Sequence
+    code: str  # an ErrorCode
+    message: str
+
+
+Event = Chunk | Done | Failed
+EventFn = Callable[[Event], None]
 
 
 class Overloaded(Exception):
     pass
 
 
+@dataclass
+class Batch:
+    """The rows of one forward pass."""
+
+    tokens: list[int] = field(default_factory=list)  # one per row
+    segments: list[Segment] = field(default_factory=list)  # each sequence's rows
+    owners: list[Sequence] = field(default_factory=list)  # sequences that get logits this step, in row order
+    logit_rows: list[int] = field(default_factory=list)  # the row each owner's logits come from
+
+    def add(self, seq: Sequence, tokens: list[int], *, logits: bool) -> None:
+        rows = slice(len(self.tokens), len(self.tokens) + len(tokens))
+        self.tokens.extend(tokens)
+        self.segments.append(Segment(seq.cache, rows))
+        if logits:
+            self.owners.append(seq)
+            self.logit_rows.append(rows.stop - 1)
+
+
 class Scheduler:
-    def __init__(self, model: LoadedModel, on_event: EventFn, *, max_sessions: int = 16, max_queue: int = 64,
-                 prefill_chunk: int = 256, metrics: Any = None, hold_timeout: float = 30.0):
+    def __init__(self, model: LoadedModel, on_event: EventFn, *, kv: KVPool | None = None,
+                 on_crash: Callable[[BaseException], None] | None = None, max_sessions: int = 16,
+                 max_queue: int = 64, prefill_chunk: int = PREFILL_CHUNK, metrics: Any = None,
+                 hold_timeout: float = 30.0):
+        """kv: the worker's KV pool (None: a pool of this scheduler's own; a sequence submitted with its cache
+        keeps it either way). on_crash: called if the scheduler thread itself dies (the worker must go)."""
         self.model = model
         self.on_event = on_event
         self.max_sessions = max(1, max_sessions)
         self.max_queue = max(0, max_queue)
         self.prefill_chunk = max(1, prefill_chunk)
+        self.kv = kv if kv is not None else KVPool(model.transformer, chunk=self.prefill_chunk)
+        self.on_crash = on_crash or (lambda exc: None)
         self.metrics = metrics
         self.hold_timeout = hold_timeout
         self.waiting: collections.deque[Sequence] = collections.deque()
@@ -57,10 +120,7 @@ class Scheduler:
         self._cv = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
-        self.acquire: Callable[[Sequence], None] = lambda seq: None  # hook: give the sequence its cache (KV-MMU)
-        self.release: Callable[[Sequence], None] = lambda seq: None  # hook: hand the cache back (KV-MMU)
         self._calls: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future]] = collections.deque()
-        self.on_crash: Callable[[BaseException], None] = lambda exc: None  # the thread died: the worker must go
 
     # -- control (any thread) ------------------------------------------------------------------------
     def start(self) -> None:
@@ -158,7 +218,7 @@ class Scheduler:
             except Exception:  # a bug must not kill the worker silently: fail what was in flight
                 log.exception("forward step failed")
                 for seq in list(self.active):
-                    self._finish(seq, "error", (ErrorCode.INTERNAL, "engine step failed; see worker log"))
+                    self._finish(Failed(seq, ErrorCode.INTERNAL, "engine step failed; see worker log"))
 
     def _run_calls(self) -> None:
         while True:
@@ -175,85 +235,97 @@ class Scheduler:
     def step(self) -> int:
         """Admit, run one batched forward, hand out tokens. Returns the number of tokens processed."""
         self._run_calls()
+        batch = self._pack(self._admit())
+        if not batch.tokens:
+            return 0
+        logits = self._forward(batch)
+        for seq, row in zip(batch.owners, logits[:len(batch.owners)], strict=True):
+            self._sample(seq, row)
+        return len(batch.tokens)
+
+    def _admit(self) -> list[Sequence]:
+        """Cancelled sequences leave, waiting ones join while there is room, held ones past their deadline
+        fail. Returns the sequences that may run this step."""
         now = time.monotonic()
         with self._cv:
-            gone = [s for s in self.waiting if s.request.request_id in self._cancelled]
-            for seq in gone:
-                self.waiting.remove(seq)
-            for seq in [s for s in self.active if s.request.request_id in self._cancelled]:
-                self.active.remove(seq)
-                gone.append(seq)
-            self._cancelled.clear()
+            gone = self._take_cancelled()
             expired = [s for s in [*self.active, *self.waiting] if s.held and s.hold_deadline <= now]
             admitted = []
             while self.waiting and len(self.active) < self.max_sessions:
                 admitted.append(self.waiting.popleft())
                 self.active.append(admitted[-1])
-            batch = [s for s in self.active if s not in expired]
+            runnable = [s for s in self.active if s not in expired]
         for seq in gone:
-            self.release(seq)
+            self.kv.give_back(seq)
         for seq in admitted:
-            self.acquire(seq)
+            self.kv.acquire(seq)
         for seq in expired:
-            with self._cv:
-                if seq in self.waiting:
-                    self.waiting.remove(seq)
-            self._finish(seq, "error", (ErrorCode.TIMEOUT, f"verdict barrier: no Release for request {seq.request.request_id} "
-                                                          f"within {self.hold_timeout:g}s"))
-        if not batch:
-            return 0
+            self._expire(seq)
+        return runnable
 
-        tokens: list[int] = []
-        segments: list[Segment] = []
-        owners: list[Sequence] = []  # sequences that get logits this step, in row order
-        logit_rows: list[int] = []
-        budget = self.prefill_chunk
-        for seq in batch:
+    def _take_cancelled(self) -> list[Sequence]:
+        """(Under the lock.) Take the cancelled sequences out of `waiting` and `active`."""
+        gone = [s for s in self.waiting if s.request.request_id in self._cancelled]
+        for seq in gone:
+            self.waiting.remove(seq)
+        for seq in [s for s in self.active if s.request.request_id in self._cancelled]:
+            self.active.remove(seq)
+            gone.append(seq)
+        self._cancelled.clear()
+        return gone
+
+    def _expire(self, seq: Sequence) -> None:
+        with self._cv:
+            if seq in self.waiting:
+                self.waiting.remove(seq)
+        self._finish(Failed(seq, ErrorCode.TIMEOUT, f"verdict barrier: no Release for request {seq.request.request_id} "
+                                                    f"within {self.hold_timeout:g}s"))
+
+    def _pack(self, runnable: list[Sequence]) -> Batch:
+        """A chunk of prompt for each sequence still prefilling (`prefill_chunk` tokens in all, first come
+        first served) and the newest token of each decoding one. A held sequence prefills but gets no logits
+        and, once its prompt is in, no row."""
+        batch, budget = Batch(), self.prefill_chunk
+        for seq in runnable:
             pending = seq.pending_prompt
-            if pending:
-                if budget <= 0:
-                    continue
+            if pending and budget > 0:
                 take = pending[:budget]
                 budget -= len(take)
-                rows = slice(len(tokens), len(tokens) + len(take))
-                tokens.extend(take)
-                segments.append(Segment(seq.cache, rows))
-                if len(take) == len(pending) and not seq.held:
-                    owners.append(seq)
-                    logit_rows.append(rows.stop - 1)
-            elif not seq.held:
-                rows = slice(len(tokens), len(tokens) + 1)
-                tokens.append(seq.next_input)
-                segments.append(Segment(seq.cache, rows))
-                owners.append(seq)
-                logit_rows.append(rows.stop - 1)
-        if not tokens:
-            return 0
+                batch.add(seq, take, logits=len(take) == len(pending) and not seq.held)
+            elif not pending and not seq.held:
+                batch.add(seq, [seq.next_input], logits=True)
+        return batch
 
+    def _forward(self, batch: Batch) -> np.ndarray:
+        """One forward pass over the batch: the logits of its owners' rows, in order."""
         t0 = time.perf_counter()
-        rows_out = logit_rows or [len(tokens) - 1]  # only held prefill this step: the logits are not used
-        logits = self.model.transformer.forward(np.asarray(tokens, np.int64), segments, np.asarray(rows_out, np.int64))
+        rows = batch.logit_rows or [len(batch.tokens) - 1]  # only held prefill this step: the logits are not used
+        logits = self.model.transformer.forward(np.asarray(batch.tokens, np.int64), batch.segments,
+                                                np.asarray(rows, np.int64))
         if self.metrics is not None:
-            self.metrics.step(len(tokens), len(owners), time.perf_counter() - t0)
-        for seq, row in zip(owners, logits[:len(owners)], strict=True):
-            try:
-                before = len(seq.generated)
-                text = seq.accept(row)
-                token_ids = seq.generated[before:]
-                logprobs = seq.take_logprobs()
-            except Exception as exc:  # this sequence's sampler, grammar or detokenizer: only it fails
-                log.exception("sequence %s failed", seq.request.request_id)
-                self._finish(seq, "error", (ErrorCode.INTERNAL, f"generation failed: {type(exc).__name__}: {exc}"))
-                continue
-            if text or token_ids or logprobs:
-                self.on_event(seq, "chunk", (text, token_ids, logprobs))
-            if seq.done:
-                self._finish(seq, "done", None)
-        return len(tokens)
+            self.metrics.step(len(batch.tokens), len(batch.owners), time.perf_counter() - t0)
+        return logits
 
-    def _finish(self, seq: Sequence, kind: str, payload: Any) -> None:
+    def _sample(self, seq: Sequence, logits: np.ndarray) -> None:
+        """Turn one sequence's logits into its next token and events; its own failure fails it alone."""
+        try:
+            before = len(seq.generated)
+            text = seq.accept(logits)
+            token_ids = seq.generated[before:]
+            logprobs = seq.take_logprobs()
+        except Exception as exc:  # this sequence's sampler, grammar or detokenizer: only it fails
+            log.exception("sequence %s failed", seq.request.request_id)
+            self._finish(Failed(seq, ErrorCode.INTERNAL, f"generation failed: {type(exc).__name__}: {exc}"))
+            return
+        if text or token_ids or logprobs:
+            self.on_event(Chunk(seq, text, token_ids, logprobs))
+        if seq.done:
+            self._finish(Done(seq))
+
+    def _finish(self, event: Done | Failed) -> None:
+        seq = event.seq
         with self._cv:
             if seq in self.active:
                 self.active.remove(seq)
-        self.release(seq)
-        self.on_event(seq, kind, payload)
+        self.kv.give_back(seq)
+        self.on_event(event)

@@ -20,26 +20,20 @@ import numpy as np
 
 from fakcore.engine.kvcache import cut_tokens
 from fakcore.engine.loader import LoadedModel
-from fakcore.engine.prompt import Prompt, RequestError, build_prompt, template_tools
+from fakcore.engine.prompt import RequestError, template_tools, uses_tools
 from fakcore.engine.sampling import Sampler, token_logprobs
-from fakcore.protocol import CUSTOM_TOOL_INPUT, ErrorCode, GenerateRequest, TokenLogprob, ToolCall, ToolSpec
-from fakcore.text.constrain import Constraint, ConstraintError
-from fakcore.text.tokenizer import StreamDecoder
+from fakcore.protocol import (
+    CUSTOM_TOOL_INPUT,
+    ErrorCode,
+    GenerateRequest,
+    Span,
+    TokenLogprob,
+    ToolCall,
+    ToolSpec,
+)
+from fakcore.text.constrain import Grammar, GrammarError
+from fakcore.text.stream_decode import StreamDecoder
 from fakcore.text.toolcalls import ToolCallStreamer, detect_style
-
-__all__ = ["LogprobLedger", "RequestError", "Sequence", "StopMatcher", "prepare", "prompt_ids"]
-
-
-def uses_tools(request: GenerateRequest) -> bool:
-    return bool(request.tools) and request.tool_choice != "none" and request.prompt is None
-
-
-def prompt_ids(model: LoadedModel, request: Any) -> list[int]:
-    return build_prompt(model, request, with_tools=uses_tools(request) if isinstance(request, GenerateRequest) else True).ids
-
-
-def prepare(model: LoadedModel, request: GenerateRequest) -> Prompt:
-    return build_prompt(model, request, with_tools=uses_tools(request))
 
 
 def forced_custom(request: GenerateRequest) -> ToolSpec | None:
@@ -49,20 +43,20 @@ def forced_custom(request: GenerateRequest) -> ToolSpec | None:
     return None
 
 
-def make_constraint(model: LoadedModel, request: GenerateRequest) -> Constraint | None:
+def make_grammar(model: LoadedModel, request: GenerateRequest) -> Grammar | None:
     """Grammar for `tool_choice` required / a named function (a forced custom tool: its own grammar), or
     for a response JSON Schema."""
     try:
         if (custom := forced_custom(request)) is not None:
             fmt = custom.format
-            return Constraint.custom(model.tokenizer, fmt["syntax"], fmt["definition"]) if fmt.get("type") == "grammar" else None
+            return Grammar.custom(model.tokenizer, fmt["syntax"], fmt["definition"]) if fmt.get("type") == "grammar" else None
         if uses_tools(request) and request.tool_choice in ("required", "function"):
             name = request.tool_choice_name if request.tool_choice == "function" else None
-            return Constraint.tool_call(model.tokenizer, template_tools(request.tools) or [], name=name,
+            return Grammar.tool_call(model.tokenizer, template_tools(request.tools) or [], name=name,
                                         style=detect_style(model.template))
         if request.response_schema is not None:
-            return Constraint.json_schema(model.tokenizer, request.response_schema)
-    except ConstraintError as exc:
+            return Grammar.json_schema(model.tokenizer, request.response_schema)
+    except GrammarError as exc:
         raise RequestError(ErrorCode.INVALID, f"cannot constrain the output: {exc}") from exc
     return None
 
@@ -163,7 +157,7 @@ class Sequence:
     prompt: list[int]  # prompt token ids
     cache: Any  # the backend's KVCache
     model: LoadedModel
-    constraint: Constraint | None = None
+    grammar: Grammar | None = None  # constrained decoding: the mask of tokens that keep the output valid
     emitted: int = 0  # messages sent so far (TokenChunk.seq)
     generated: list[int] = field(default_factory=list)
     finish_reason: str = ""
@@ -171,7 +165,7 @@ class Sequence:
     tool_calls: list[ToolCall] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     first_token_at: float = 0.0
-    spans: list = field(default_factory=list)  # the prompt's PromptSpans (block -> token range), for the KV-MMU
+    spans: list[Span] = field(default_factory=list)  # the prompt's span map (block -> token range), for the KV-MMU
     held: bool = False  # verdict barrier: prefill, but sample nothing until the Release
     hold_deadline: float = 0.0  # monotonic time at which a held sequence fails
 
@@ -206,15 +200,15 @@ class Sequence:
 
     def accept(self, logits: np.ndarray) -> str:
         """Sample from the newest position's logits; return the content text to stream (may be empty)."""
-        allowed = self.constraint.allowed() if self.constraint is not None else None
+        allowed = self.grammar.allowed() if self.grammar is not None else None
         token = self.sampler(logits, allowed)
         if not self.first_token_at:
             self.first_token_at = time.monotonic()
         if token in self.eos:
             return self._finish("stop")
         self.generated.append(token)
-        if self.constraint is not None:
-            self.constraint.advance(token)
+        if self.grammar is not None:
+            self.grammar.advance(token)
         decoded = self.decoder.push(token)
         if self.ledger is not None:
             self.ledger.token(self._logprob(logits, token))
@@ -223,7 +217,7 @@ class Sequence:
         out = self._content(text)
         if stopped:
             out += self._finish("stop", flush=False)
-        elif self.constraint is not None and self.constraint.is_done():
+        elif self.grammar is not None and self.grammar.is_done():
             out += self._finish("stop")
         elif (len(self.generated) >= self.request.sampling.max_tokens
               or len(self.prompt) + len(self.generated) >= self.model.config.context_length):

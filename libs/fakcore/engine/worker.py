@@ -5,12 +5,15 @@ and on this worker's own subject (session-affine); token counting on the model's
 cancellations are broadcast. Replies stream to the request's reply inbox: TokenChunk…, then GenerateDone
 or GenerateError. The same worker serves engine-cpu and engine-cuda; only the backend differs.
 
-KV memory (engine/kvmanager.py): the worker owns its caches. Span maps go to the kvmmu on kv.spans; the
+KV memory (engine/kvpool.py): the worker owns its caches. Span maps go to the kvmmu on kv.spans; the
 kvmmu commands evictions on this worker's kv.evict and reads kv.stats; kv.sync asks for every map again.
 Verdict barrier: a request with `hold` is prefilled but not decoded until a Release (broadcast) names it;
 the quarantined blocks it lists are evicted (exact) from that request's cache first, receipts on
 kv.evicted. A Release that overtakes its request is kept for `hold_timeout_s`. With FAK_RELEASE_KEY a
 Release without the gateway's signature is ignored: the held request waits for the real one (or times out).
+
+The scheduler thread reaches the loop through one outbox, in order: the scheduler's events (Chunk, Done,
+Failed) become the request's replies, the KV pool's messages (ToBus) go out on kv.spans / kv.evicted.
 """
 
 from __future__ import annotations
@@ -22,15 +25,18 @@ import os
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from fakcore.engine.kvmanager import MODES, KVPool
+from fakcore.engine.eviction import MODES
+from fakcore.engine.kvpool import KVPool
 from fakcore.engine.loader import LoadedModel
+from fakcore.engine.prompt import RequestError, build_prompt
 from fakcore.engine.sampling import validate_sampling
-from fakcore.engine.scheduler import Overloaded, Scheduler
-from fakcore.engine.sequence import RequestError, Sequence, make_constraint, prepare, prompt_ids
+from fakcore.engine.scheduler import PREFILL_CHUNK, Chunk, Done, Event, Failed, Overloaded, Scheduler
+from fakcore.engine.sequence import Sequence, make_grammar
 from fakcore.protocol import (
     Accepted,
     Announce,
@@ -58,6 +64,16 @@ from fakcore.service import Service
 log = logging.getLogger("fak.engine")
 
 PROMPT_THREADS = 2  # prompts built at once (render + tokenize); the scheduler thread does the model work
+
+
+@dataclass(frozen=True)
+class ToBus:
+    """A KV-pool message for the kvmmu (a span map or an eviction receipt), from the scheduler thread."""
+
+    msg: KvSpans | KvEvicted
+
+
+Outgoing = Event | ToBus  # what the reply publisher takes from the outbox
 
 
 class EngineMetrics:
@@ -121,18 +137,17 @@ class EngineWorker:
         s = svc.settings
         self.worker_id = s.worker_id or f"{engine_kind}-{socket.gethostname()}-{os.getpid()}"
         self.metrics = EngineMetrics(svc, model.name)
-        self.scheduler = Scheduler(model, self._on_event, max_sessions=s.max_sessions, max_queue=s.max_queue,
-                                   metrics=self.metrics, hold_timeout=s.hold_timeout_s)
         self.kv = KVPool(model.transformer, worker=self.worker_id, budget=s.kv_budget_bytes, min_prefix=s.kv_min_prefix,
-                         chunk=self.scheduler.prefill_chunk, verify=s.kv_verify, publish=self._to_bus, metrics=self.metrics)
-        self.scheduler.acquire = self.kv.acquire
-        self.scheduler.release = self.kv.release
+                         chunk=PREFILL_CHUNK, verify=s.kv_verify, publish=self._to_bus, metrics=self.metrics)
+        self.scheduler = Scheduler(model, self._on_event, kv=self.kv, on_crash=self._on_crash, max_sessions=s.max_sessions,
+                                   max_queue=s.max_queue, prefill_chunk=PREFILL_CHUNK, metrics=self.metrics,
+                                   hold_timeout=s.hold_timeout_s)
         self.evict_mode = s.kv_evict_mode
         self.receipt = Receipt(engine=engine_kind, worker=self.worker_id, backend=model.backend.name,
                                device=model.backend.device, model=model.name, weights_digest=model.weights_digest,
                                incarnation=uuid.uuid4().hex[:12])
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._outbox: asyncio.Queue = asyncio.Queue()
+        self._outbox: asyncio.Queue[Outgoing] = asyncio.Queue()
         self._inflight: dict[str, tuple[str, float]] = {}  # request id -> (reply subject, arrival time)
         self._early: dict[str, tuple[Release, float]] = {}  # Releases that overtook their request
         self._tasks: set[asyncio.Task] = set()
@@ -152,7 +167,6 @@ class EngineWorker:
         await nc.subscribe(subjects.worker(self.worker_id, "kv.evict"), cb=self._on_kv_evict)
         await nc.subscribe(subjects.worker(self.worker_id, "kv.stats"), cb=self._on_kv_stats)
         await nc.subscribe(subjects.KV_SYNC, cb=self._on_kv_sync)
-        self.scheduler.on_crash = lambda exc: self.svc.fail("the scheduler thread died", exc)
         self.scheduler.start()
         self.svc.supervise(self._publish_loop(), "the reply publisher")
         self.svc.stack.callback(self.scheduler.stop)
@@ -207,7 +221,7 @@ class EngineWorker:
             self.scheduler.submit(seq)
             early = self._early.pop(rid, None)
             if early is not None and seq.held:
-                task = asyncio.create_task(self._release(early[0]))
+                task = asyncio.create_task(self._lift_hold(early[0]))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             await self._reply(reply, Accepted(request_id=rid, receipt=self.receipt, queued=self.scheduler.load[1],
@@ -231,12 +245,12 @@ class EngineWorker:
         if len(req.messages) >= ctx:  # every message takes at least one token: no need to render it to know
             raise RequestError(ErrorCode.CONTEXT_LENGTH, f"{len(req.messages)} messages cannot fit in the {ctx}-token "
                                                          f"context of {self.model.name}")
-        prompt = prepare(self.model, req)
+        prompt = build_prompt(self.model, req)
         if not prompt.ids:
             raise RequestError(ErrorCode.INVALID, "the prompt is empty")
         if len(prompt.ids) >= ctx:
             raise RequestError(ErrorCode.CONTEXT_LENGTH, f"prompt is {len(prompt.ids)} tokens; the context of {self.model.name} holds {ctx}")
-        return Sequence(request=req, prompt=prompt.ids, cache=None, model=self.model, constraint=make_constraint(self.model, req),
+        return Sequence(request=req, prompt=prompt.ids, cache=None, model=self.model, grammar=make_grammar(self.model, req),
                         spans=prompt.spans, held=req.hold)
 
     async def _on_count(self, msg: Any) -> None:
@@ -247,7 +261,7 @@ class EngineWorker:
             if len(req.messages) >= self.model.config.context_length:
                 raise RequestError(ErrorCode.CONTEXT_LENGTH, f"{len(req.messages)} messages cannot fit in the "
                                                              f"{self.model.config.context_length}-token context of {self.model.name}")
-            n = len(await asyncio.wrap_future(self._prompts.submit(prompt_ids, self.model, req)))
+            n = len((await asyncio.wrap_future(self._prompts.submit(build_prompt, self.model, req))).ids)
             await msg.respond(encode(CountTokensReply(input_tokens=n)))
         except RequestError as exc:
             await msg.respond(encode(GenerateError(request_id="", code=exc.code, message=str(exc))))
@@ -275,19 +289,21 @@ class EngineWorker:
         except msgspec.DecodeError:
             return
         if rel.request_id in self._inflight:
-            await self._release(rel)
+            await self._lift_hold(rel)
             return
         now = time.monotonic()  # not here (yet): keep it a while, in case the request itself is still on its way
         for rid in [r for r, (_, t) in self._early.items() if now - t > self.scheduler.hold_timeout]:
             del self._early[rid]
         self._early[rel.request_id] = (rel, now)
 
-    async def _release(self, rel: Release) -> None:
+    async def _lift_hold(self, rel: Release) -> None:
+        """A Release names a held request: evict its quarantined blocks (exact) and let it decode."""
+
         def on_thread() -> list[KvEvicted]:
             seq = self.scheduler.find(rel.request_id)
             if seq is None or not seq.held:
                 return []
-            return self.kv.release_hold(seq, rel.quarantined, rel.request_id)
+            return self.kv.lift_hold(seq, rel.quarantined, rel.request_id)
 
         try:
             receipts = await asyncio.wrap_future(self.scheduler.call(on_thread))
@@ -329,60 +345,70 @@ class EngineWorker:
         for m in await asyncio.wrap_future(self.scheduler.call(self.kv.maps)):
             await self._publish(subjects.KV_SPANS, m)
 
-    def _to_bus(self, msg: KvSpans | KvEvicted) -> None:
-        """From the scheduler thread (the KV pool): publish on the loop."""
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._outbox.put_nowait, (None, "bus", msg))
-
     async def _publish(self, subject: str, msg: Any) -> None:
         try:
             await self.svc.nc.publish(subject, encode(msg))
         except Exception as exc:
             log.warning("cannot publish on %s: %s", subject, exc)
 
-    # -- scheduler events (scheduler thread -> loop) -------------------------------------------------
-    def _on_event(self, seq: Sequence, kind: str, payload: Any) -> None:
+    # -- the scheduler thread -> the loop ------------------------------------------------------------
+    def _on_event(self, event: Event) -> None:
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._outbox.put_nowait, (seq, kind, payload))
+        self._loop.call_soon_threadsafe(self._outbox.put_nowait, event)
+
+    def _to_bus(self, msg: KvSpans | KvEvicted) -> None:
+        """From the KV pool: publish on the loop."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._outbox.put_nowait, ToBus(msg))
+
+    def _on_crash(self, exc: BaseException) -> None:
+        self.svc.fail("the scheduler thread died", exc)
 
     async def _publish_loop(self) -> None:
         while True:
-            seq, kind, payload = await self._outbox.get()
+            item = await self._outbox.get()
             try:
-                await self._publish_event(seq, kind, payload)
+                await self._publish_item(item)
             except Exception:  # one event's fault fails that request, never the loop that serves all of them
-                log.exception("publishing a %s event failed", kind)
-                if seq is not None and (entry := self._inflight.pop(seq.request.request_id, None)):
-                    await self._reply(entry[0], GenerateError(request_id=seq.request.request_id, code=ErrorCode.INTERNAL,
+                log.exception("publishing a %s event failed", type(item).__name__)
+                if not isinstance(item, ToBus) and (entry := self._inflight.pop(item.seq.request.request_id, None)):
+                    await self._reply(entry[0], GenerateError(request_id=item.seq.request.request_id, code=ErrorCode.INTERNAL,
                                                               message="the engine failed to report this request; see the worker log"))
 
-    async def _publish_event(self, seq: Sequence | None, kind: str, payload: Any) -> None:
-        if kind == "bus":
-            await self._publish(subjects.KV_SPANS if isinstance(payload, KvSpans) else subjects.KV_EVICTED, payload)
-            return
-        assert seq is not None
+    async def _publish_item(self, item: Outgoing) -> None:
+        match item:
+            case ToBus(msg=KvSpans() as msg):
+                await self._publish(subjects.KV_SPANS, msg)
+            case ToBus(msg=msg):
+                await self._publish(subjects.KV_EVICTED, msg)
+            case Chunk() | Done() | Failed():
+                await self._reply_event(item)
+
+    async def _reply_event(self, event: Event) -> None:
+        """A sequence's event as the next message on its request's reply inbox (nothing once cancelled)."""
+        seq = event.seq
         rid = seq.request.request_id
         entry = self._inflight.get(rid)
         if entry is None:
             return  # cancelled
         reply, arrived = entry
         name = self.model.name
-        if kind == "chunk":
-            text, token_ids, logprobs = payload
-            if seq.emitted == 0 and seq.first_token_at:
-                self.metrics.ttft.labels(name).observe(seq.first_token_at - seq.started)
-            msg: Any = TokenChunk(request_id=rid, seq=seq.emitted, text=text, token_ids=token_ids, logprobs=logprobs)
-        elif kind == "done":
-            self._inflight.pop(rid, None)
-            usage = Usage(prompt_tokens=len(seq.prompt), completion_tokens=len(seq.generated), cached_tokens=seq.cached_tokens)
-            msg = GenerateDone(request_id=rid, seq=seq.emitted, finish_reason=seq.finish_reason or "stop", usage=usage,
-                               receipt=self.receipt, stop_sequence=seq.stops.matched, tool_calls=seq.tool_calls)
-            self.metrics.done(seq, time.monotonic() - arrived)
-        else:
-            self._inflight.pop(rid, None)
-            code, message = payload
-            self.metrics.requests.labels(name, code).inc()
-            msg = GenerateError(request_id=rid, code=code, message=message)
+        msg: TokenChunk | GenerateDone | GenerateError
+        match event:
+            case Chunk(text=text, token_ids=token_ids, logprobs=logprobs):
+                if seq.emitted == 0 and seq.first_token_at:
+                    self.metrics.ttft.labels(name).observe(seq.first_token_at - seq.started)
+                msg = TokenChunk(request_id=rid, seq=seq.emitted, text=text, token_ids=token_ids, logprobs=logprobs)
+            case Done():
+                self._inflight.pop(rid, None)
+                usage = Usage(prompt_tokens=len(seq.prompt), completion_tokens=len(seq.generated), cached_tokens=seq.cached_tokens)
+                msg = GenerateDone(request_id=rid, seq=seq.emitted, finish_reason=seq.finish_reason or "stop", usage=usage,
+                                   receipt=self.receipt, stop_sequence=seq.stops.matched, tool_calls=seq.tool_calls)
+                self.metrics.done(seq, time.monotonic() - arrived)
+            case Failed(code=code, message=message):
+                self._inflight.pop(rid, None)
+                self.metrics.requests.labels(name, code).inc()
+                msg = GenerateError(request_id=rid, code=code, message=message)
         seq.emitted += 1
         await self._reply(reply, msg)
 

@@ -20,11 +20,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from fakcore.engine.transformer import check_tensors
 from fakcore.formats.gguf import GGUFFile
 from fakcore.formats.safetensors import load_safetensors
 from fakcore.formats.tensor import Tensor
 from fakcore.models.config import ConfigError, ModelConfig
+from fakcore.models.shapes import check_tensors
 from fakcore.text.chat import ChatTemplate
 from fakcore.text.tokenizer import Tokenizer
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from fakcore.engine.transformer import WeightError
 from fakcore.formats.tensor import Tensor
 from fakcore.models.config import ConfigError, RopeScaling
+from fakcore.models.shapes import WeightError
 
 _MISSING: Any = object()
 

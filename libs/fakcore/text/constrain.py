@@ -1,12 +1,12 @@
 """Constrained decoding with llguidance: per step, the mask of tokens that keep the output valid.
 
-A `Constraint` is built once per request from a JSON Schema or from the request's tools, then driven
-by the sampler:
+A `Grammar` is built once per request from a JSON Schema, the request's tools or a custom tool's own
+grammar, then driven by the sampler:
 
-    c = Constraint.json_schema(tokenizer, schema)
-    while not c.is_done():
-        logits[~c.allowed()] = -inf          # allowed() covers tokenizer.vocab_size ids
-        c.advance(sample(logits))
+    g = Grammar.json_schema(tokenizer, schema)
+    while not g.is_done():
+        logits[~g.allowed()] = -inf          # allowed() covers tokenizer.vocab_size ids
+        g.advance(sample(logits))
 
 JSON is generated with `", "` and `": "` separators and no other whitespace: the form `json.dumps` and
 chat templates write, and no room for a weak model to wander into endless whitespace.
@@ -25,10 +25,11 @@ import weakref
 import llguidance
 import numpy as np
 
-from .tokenizer import ByteTokenizer, Tokenizer
+from .byte_tokenizer import ByteTokenizer
+from .tokenizer import Tokenizer
 
 
-class ConstraintError(Exception):
+class GrammarError(Exception):
     """The grammar cannot be built, or a token outside the mask was advanced."""
 
 
@@ -97,7 +98,7 @@ def _closed(schema: object) -> object:
 def _function(tool: dict) -> dict:
     fn = tool.get("function", tool)
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise ConstraintError(f"tool {tool!r} has no function name")
+        raise GrammarError(f"tool {tool!r} has no function name")
     return fn
 
 
@@ -119,32 +120,32 @@ def _marker(tokenizer: Tokenizer, text: str) -> str:
     return json.dumps(text)
 
 
-class Constraint:
+class Grammar:
     """One request's grammar state over one tokenizer's vocabulary."""
 
-    def __init__(self, tokenizer: Tokenizer, grammar: str, *, what: str = "grammar"):
-        """`grammar` is an llguidance grammar (from `LLMatcher.grammar_from_*`)."""
+    def __init__(self, tokenizer: Tokenizer, spec: str, *, what: str = "grammar"):
+        """`spec` is an llguidance grammar (from `LLMatcher.grammar_from_*`)."""
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.vocab_size
         try:
-            self._matcher = llguidance.LLMatcher(ll_tokenizer(tokenizer), grammar, log_level=0)
+            self._matcher = llguidance.LLMatcher(ll_tokenizer(tokenizer), spec, log_level=0)
         except ValueError as e:
-            raise ConstraintError(f"{what}: {e}") from e
+            raise GrammarError(f"{what}: {e}") from e
         if self._matcher.is_error():
-            raise ConstraintError(f"{what}: {self._matcher.get_error()}")
+            raise GrammarError(f"{what}: {self._matcher.get_error()}")
         self._bits = np.zeros(((self.vocab_size + 31) // 32,), dtype=np.int32)
 
     @classmethod
-    def json_schema(cls, tokenizer: Tokenizer, schema: dict) -> Constraint:
+    def json_schema(cls, tokenizer: Tokenizer, schema: dict) -> Grammar:
         """Output is one JSON value valid under `schema`."""
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(_with_json_options(schema))
         except ValueError as e:
-            raise ConstraintError(f"JSON schema: {e}") from e
+            raise GrammarError(f"JSON schema: {e}") from e
         return cls(tokenizer, grammar, what="JSON schema")
 
     @classmethod
-    def lark(cls, tokenizer: Tokenizer, lark: str) -> Constraint:
+    def lark(cls, tokenizer: Tokenizer, lark: str) -> Grammar:
         """Output matches a Lark grammar (llguidance's dialect: `%json {...}`, `<[id]>` special tokens).
 
         Write special tokens as `<[id]>`: a string literal spelled like a special token (`"<|im_end|>"`)
@@ -153,26 +154,26 @@ class Constraint:
         return cls(tokenizer, llguidance.LLMatcher.grammar_from_lark(lark), what="Lark grammar")
 
     @classmethod
-    def custom(cls, tokenizer: Tokenizer, syntax: str, definition: str) -> Constraint:
+    def custom(cls, tokenizer: Tokenizer, syntax: str, definition: str) -> Grammar:
         """Output is a custom (freeform) tool's input under the client's grammar: `lark` (llguidance's
         dialect of Lark, which reads grammars such as Codex's apply_patch) or `regex`."""
         if syntax == "lark":
             return cls.lark(tokenizer, definition)
         if syntax == "regex":
             return cls(tokenizer, llguidance.LLMatcher.grammar_from_regex(definition), what="regex")
-        raise ConstraintError(f"custom tool grammar syntax {syntax!r} is not lark or regex")
+        raise GrammarError(f"custom tool grammar syntax {syntax!r} is not lark or regex")
 
     @classmethod
-    def tool_call(cls, tokenizer: Tokenizer, tools: list[dict], *, name: str | None, style: str) -> Constraint:
+    def tool_call(cls, tokenizer: Tokenizer, tools: list[dict], *, name: str | None, style: str) -> Grammar:
         """Output is exactly one call, of tool `name` (or of any one of `tools`), in the style's syntax,
         with arguments valid under that tool's parameters schema."""
         fns = [_function(t) for t in tools]
         if name is not None:
             fns = [f for f in fns if f["name"] == name]
             if not fns:
-                raise ConstraintError(f"tool {name!r} is not among the request's tools")
+                raise GrammarError(f"tool {name!r} is not among the request's tools")
         if not fns:
-            raise ConstraintError("a tool call was requested but there are no tools")
+            raise GrammarError("a tool call was requested but there are no tools")
         args_key = "parameters" if style == "llama3" else "arguments"
         alternatives = [_call_schema(f, args_key) for f in fns]
         call = _with_json_options(alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives})
@@ -187,7 +188,7 @@ class Constraint:
         elif style == "mistral":
             lark = f'start: {_marker(tokenizer, "[TOOL_CALLS]")} " [" {body} "]"'
         else:
-            raise ConstraintError(f"unknown tool-call style {style!r}")
+            raise GrammarError(f"unknown tool-call style {style!r}")
         return cls(tokenizer, llguidance.LLMatcher.grammar_from_lark(lark), what=f"{style} tool call")
 
     def allowed_bits(self) -> np.ndarray:
@@ -203,7 +204,7 @@ class Constraint:
 
     def advance(self, token_id: int) -> None:
         if not self._matcher.consume_token(int(token_id)):
-            raise ConstraintError(f"token {token_id} is not allowed here: {self._matcher.get_error()}")
+            raise GrammarError(f"token {token_id} is not allowed here: {self._matcher.get_error()}")
 
     def is_done(self) -> bool:
         """The output is complete (the grammar admits nothing more) or the matcher stopped."""
@@ -212,8 +213,4 @@ class Constraint:
     def is_accepting(self) -> bool:
         """The output so far is a complete match (ending here, e.g. with EOS, is valid)."""
         return self._matcher.is_accepting()
-
-    def forced_tokens(self) -> list[int]:
-        """Tokens the grammar forces next (may be empty); the caller can append them without sampling."""
-        return list(self._matcher.compute_ff_tokens())
 

@@ -81,11 +81,16 @@ def test_topology_reports_a_service_that_dies_at_start(nats_server, tmp_path):
 
 
 def test_fak_up_sigterm_stops_everything(tmp_path):
-    from tests.conftest import free_port
+    """Leftovers are looked for by what the run was, not by parentage (an orphan is re-parented to pid 1):
+    any process in one of the sessions it made (each child leads its own; a session holds its process
+    groups), any of its processes still alive by pid and start time, any TCP port it listened on (nats,
+    gateway, each service's metrics)."""
+    from tests.conftest import free_port, wait_for
 
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAK_")}, "FAK_PORT": str(port),
-           "FAK_DATA_DIR": str(tmp_path / "data"), "FAK_ANNOUNCE_INTERVAL_S": "0.2"}
+           "FAK_DATA_DIR": str(tmp_path / "data"), "FAK_ANNOUNCE_INTERVAL_S": "0.2",
+           "FAK_PROMETHEUS_TARGETS": str(tmp_path / "targets.json")}
     proc = subprocess.Popen([sys.executable, "-m", "fakcore.cli", "up"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -97,25 +102,112 @@ def test_fak_up_sigterm_stops_everything(tmp_path):
                 break
         assert "fak is up" in line, "fak up did not report readiness"
         assert f"127.0.0.1:{port}" in line
+        tree = _tree(proc.pid)
+        names = {_name(pid) for pid in tree}
+        assert names == {"fak-up", "nats-server", "adjudicator", "kvmmu", "engine-cpu", "gateway"}, names
+        listening = _listening(tree)
+        nats_port = int(line.split("nats nats://127.0.0.1:", 1)[1].split()[0])
+        assert {port, nats_port} <= set(listening), listening
+        assert {"nats-server", "adjudicator", "kvmmu", "engine-cpu", "gateway"} <= set(listening.values()), listening
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    time.sleep(0.2)
-    leftover = subprocess.run(["pgrep", "-f", "fakcore.cli serve"], capture_output=True, text=True).stdout.split()
-    # Only processes of this test's `fak up` matter; their parent was `proc`.
-    mine = [pid for pid in leftover if _parent(int(pid)) == proc.pid]
-    assert mine == [], f"processes left behind: {mine}"
+    sessions = {sid for _, sid, _ in tree.values()}
+    assert sessions >= {proc.pid} and len(sessions) == 6  # fak up's own, and one per child it started
+
+    def left() -> list[str]:
+        now = _processes()
+        return [f"{pid} {_name(pid)} (session {st[1]})" for pid, st in now.items()
+                if st[1] in sessions or (pid in tree and st[2] == tree[pid][2])]
+
+    assert wait_for(lambda: not left(), timeout=5), f"processes left behind: {left()}"
+    still = {p: who for p, who in listening.items() if p in _listening_ports()}
+    assert still == {}, f"ports still listening: {still}"
 
 
-def _parent(pid: int) -> int:
+# A process is (ppid, session id, start time in clock ticks since boot): the start time tells a pid reused
+# by another process from the one recorded.
+Stat = tuple[int, int, int]
+
+
+def _processes() -> dict[int, Stat]:
+    """Every live (not zombie) process, from /proc/<pid>/stat."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": field 3 onwards
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if fields[0] != "Z":
+            out[int(entry)] = (int(fields[1]), int(fields[3]), int(fields[19]))
+    return out
+
+
+def _tree(root: int) -> dict[int, Stat]:
+    """`root` and all its descendants."""
+    procs = _processes()
+    tree, frontier = {root: procs[root]}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, st in procs.items():
+            if st[0] == parent and pid not in tree:
+                tree[pid] = st
+                frontier.append(pid)
+    return tree
+
+
+def _name(pid: int) -> str:
+    """What a process of `fak up` is: the launcher, nats-server, or the service it serves."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (FileNotFoundError, IndexError, ValueError):
-        return -1
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode() for a in f.read().split(b"\0") if a]
+    except FileNotFoundError:
+        return "?"
+    if argv[-1:] == ["up"]:
+        return "fak-up"
+    if "serve" in argv:
+        return argv[argv.index("serve") + 1]
+    return Path(argv[0]).name if argv else "?"
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return inodes
+
+
+def _listening_sockets() -> dict[int, int]:
+    """inode -> port of every TCP socket in LISTEN state (IPv4 and IPv6)."""
+    out = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in f.readlines()[1:]:
+                cols = row.split()
+                if cols[3] == "0A":  # TCP_LISTEN
+                    out[int(cols[9])] = int(cols[1].rsplit(":", 1)[1], 16)
+    return out
+
+
+def _listening_ports() -> set[int]:
+    return set(_listening_sockets().values())
+
+
+def _listening(pids) -> dict[int, str]:
+    """port -> the process of `pids` listening on it."""
+    sockets = _listening_sockets()
+    return {sockets[i]: _name(pid) for pid in pids for i in _socket_inodes(pid) if i in sockets}
 
 
 def test_settings_reach_children(nats_server, tmp_path):

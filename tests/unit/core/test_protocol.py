@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import typing
+
 import msgspec
+import msgspec.inspect as mi
 import pytest
 
 from fakcore import protocol as p
@@ -87,3 +90,63 @@ def test_enum_like_fields_refuse_other_values_at_decode():
                                        "messages": [{"role": "robot", "content": "x"}]})
     with pytest.raises(msgspec.ValidationError, match="role"):
         msgspec.msgpack.decode(bad_role, type=p.GenerateRequest)
+
+
+# -- every message type, found in the module, not listed by hand --------------------------------------------
+
+MESSAGES = sorted((v for v in vars(p).values() if isinstance(v, type) and issubclass(v, p.Message) and v is not p.Message),
+                  key=lambda c: c.__name__)
+
+
+def _decoders() -> dict[type, msgspec.msgpack.Decoder]:
+    """Each message type -> the decoder (of `Decoders`) whose union reads it."""
+    out = {}
+    for d in vars(p.Decoders).values():
+        if isinstance(d, msgspec.msgpack.Decoder):
+            out.update({t: d for t in typing.get_args(d.type) or (d.type,)})
+    return out
+
+
+def populated(t: mi.Type, name: str, default: object = msgspec.NODEFAULT, depth: int = 0) -> object:
+    """A value of type `t` other than `default`, every nested Struct field filled too (each list holds one
+    item, down to six levels, so that a recursive Struct such as TokenLogprob ends)."""
+    match t:
+        case mi.StructType():
+            return t.cls(**{f.name: populated(f.type, f.name, f.default, depth + 1) for f in t.fields if f.name != "v"})
+        case mi.UnionType():
+            return populated(next(u for u in t.types if not isinstance(u, mi.NoneType)), name, default, depth)
+        case mi.LiteralType():
+            return next(v for v in reversed(t.values) if v != default)
+        case mi.BoolType():
+            return default is not True
+        case mi.IntType():
+            return 7 if default != 7 else 8
+        case mi.FloatType():
+            return 0.25 if default != 0.25 else 0.5
+        case mi.StrType():
+            return f"{name}-é"
+        case mi.BytesType():
+            return bytes(range(32))
+        case mi.ListType():
+            return [populated(t.item_type, name, depth=depth + 1)] if depth < 6 else []
+        case mi.DictType():
+            return {"k": populated(t.value_type, name, depth=depth + 1)}
+        case mi.AnyType():
+            return {"nested": [1, "x", None]}
+    raise AssertionError(f"no sample value for {name}: {t}")  # a new field type: teach populated()
+
+
+def test_every_message_type_has_a_decoder():
+    assert len(MESSAGES) >= 20
+    assert set(MESSAGES) == set(_decoders()), "a message no decoder reads, or a decoder of a non-message"
+
+
+@pytest.mark.parametrize("cls", MESSAGES, ids=lambda c: c.__name__)
+def test_every_message_type_round_trips_with_every_field_set(cls):
+    msg = populated(mi.type_info(cls), cls.__name__)
+    data = p.encode(msg)
+    raw = msgspec.msgpack.decode(data)
+    assert raw["t"] == cls.__name__ and raw["v"] == p.SCHEMA_VERSION
+    assert set(raw) == {"t"} | {f.encode_name for f in mi.type_info(cls).fields}  # none left out as a default
+    assert _decoders()[cls].decode(data) == msg
+    assert msgspec.msgpack.decode(data, type=cls) == msg

@@ -7,9 +7,10 @@ import pytest
 
 from fakcore.engine.backend import Segment
 from fakcore.engine.loader import load_model, make_backend
+from fakcore.engine.prompt import build_prompt
 from fakcore.engine.sampling import Sampler
-from fakcore.engine.scheduler import Overloaded, Scheduler
-from fakcore.engine.sequence import Sequence, StopMatcher, prompt_ids
+from fakcore.engine.scheduler import Chunk, Overloaded, Scheduler
+from fakcore.engine.sequence import Sequence, StopMatcher
 from fakcore.protocol import ChatMessage, GenerateRequest, Sampling
 
 
@@ -26,8 +27,8 @@ def request(text: str, rid: str = "r", **sampling) -> GenerateRequest:
 
 def run(model, requests, **kw):
     out: dict[str, list] = {r.request_id: [] for r in requests}
-    sched = Scheduler(model, lambda seq, kind, payload: out[seq.request.request_id].append((kind, payload)), **kw)
-    seqs = [Sequence(request=r, prompt=prompt_ids(model, r), cache=model.transformer.new_cache(), model=model) for r in requests]
+    sched = Scheduler(model, lambda ev: out[ev.seq.request.request_id].append(ev), **kw)
+    seqs = [Sequence(request=r, prompt=build_prompt(model, r).ids, cache=model.transformer.new_cache(), model=model) for r in requests]
     for s in seqs:
         sched.submit(s)
     while sched.active or sched.waiting:
@@ -36,11 +37,11 @@ def run(model, requests, **kw):
 
 
 def text_of(events) -> str:
-    return "".join(p[0] for k, p in events if k == "chunk")
+    return "".join(e.text for e in events if isinstance(e, Chunk))
 
 
 def test_cached_decode_equals_full_recompute(model):
-    ids = prompt_ids(model, request("The quick brown fox jumps"))
+    ids = build_prompt(model, request("The quick brown fox jumps")).ids
     tf = model.transformer
     full = tf.forward(np.array(ids), [Segment(tf.new_cache(), slice(0, len(ids)))])
     cache = tf.new_cache()
@@ -68,7 +69,7 @@ def test_queueing_beyond_max_sessions_and_overload(model):
     seqs, out = run(model, reqs, max_sessions=2, max_queue=2)
     assert all(s.finish_reason == "length" and len(s.generated) == 3 for s in seqs)
     sched = Scheduler(model, lambda *a: None, max_sessions=1, max_queue=1)
-    mk = lambda r: Sequence(request=r, prompt=prompt_ids(model, r), cache=model.transformer.new_cache(), model=model)  # noqa: E731
+    mk = lambda r: Sequence(request=r, prompt=build_prompt(model, r).ids, cache=model.transformer.new_cache(), model=model)  # noqa: E731
     sched.submit(mk(reqs[0]))
     sched.step()  # r0 becomes active
     sched.submit(mk(reqs[1]))  # queued
@@ -79,7 +80,7 @@ def test_queueing_beyond_max_sessions_and_overload(model):
 def test_cancel_drops_a_sequence(model):
     sched = Scheduler(model, lambda *a: None, max_sessions=2)
     r = request("cancel me", max_tokens=50)
-    seq = Sequence(request=r, prompt=prompt_ids(model, r), cache=model.transformer.new_cache(), model=model)
+    seq = Sequence(request=r, prompt=build_prompt(model, r).ids, cache=model.transformer.new_cache(), model=model)
     sched.submit(seq)
     sched.step()
     assert sched.active == [seq]
@@ -124,7 +125,7 @@ def test_sampler_greedy_seeded_top_k_top_p():
 
 def test_context_length_is_enforced_in_the_scheduler(model):
     r = request("x", max_tokens=10_000)
-    seq = Sequence(request=r, prompt=prompt_ids(model, r), cache=model.transformer.new_cache(), model=model)
+    seq = Sequence(request=r, prompt=build_prompt(model, r).ids, cache=model.transformer.new_cache(), model=model)
     object.__setattr__(model.config, "context_length", len(seq.prompt) + 5)
     try:
         [s], _ = run(model, [r])

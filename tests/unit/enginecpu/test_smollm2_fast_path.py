@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import fak_engine_cpu.backend  # noqa: F401  registers "numba"
 from fakcore.engine.backend import Segment
 from fakcore.engine.loader import load_model, make_backend
 from fakcore.engine.prompt import build_prompt

@@ -1,4 +1,4 @@
-"""The KV-MMU's claims, bit for bit, on batch-invariant backends (DESIGN §3):
+"""The KV-MMU's claims, bit for bit, on batch-invariant backends (docs/architecture.md §3):
 
 - a token's keys and values do not depend on how the prompt was chunked (one shot, chunks, one by one);
 - exact eviction of a span leaves the cache, and the next 32 greedy logits, identical to a fresh prefill of
@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fakcore.engine.eviction import evict_cache, prefill
 from fakcore.engine.kvcache import cut_tokens
-from fakcore.engine.kvmanager import evict_cache, prefill
 from fakcore.protocol import block_id
 from tests.unit.kv.support import INJECTION, Run, conversation, filled, greedy, model, probed, sequence
 
@@ -141,7 +141,7 @@ def test_release_evicts_before_the_first_token_as_if_never_seen(m):
     held = run.submit(sequence(m, conversation("h", hold=True, max_tokens=steps(m))))
     run.until_idle()
     ranges = held.cache.ranges_of({block_id(INJECTION)})
-    [r] = run.pool.release_hold(held, [block_id(INJECTION)], "h")
+    [r] = run.pool.lift_hold(held, [block_id(INJECTION)], "h")
     assert r.identical and r.max_abs_dev == 0.0
     run.until_idle()
     never = Run(m, chunk=64)

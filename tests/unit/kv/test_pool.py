@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from fakcore.engine.scheduler import Failed
 from fakcore.engine.sequence import Sequence
 from fakcore.protocol import ErrorCode, KvSpans, block_id
 from tests.unit.kv.support import INJECTION, Run, conversation, model, sequence
@@ -125,7 +126,7 @@ def test_hold_prefills_but_samples_nothing_until_release(m):
     held = run.submit(sequence(m, conversation("h", hold=True, max_tokens=6)))
     run.until_idle()
     assert held.cache.length == len(held.prompt) - 1 and not held.generated and "h" not in run.events
-    receipts = run.sched.call(lambda: run.pool.release_hold(held, [block_id(INJECTION)], "h"))
+    receipts = run.sched.call(lambda: run.pool.lift_hold(held, [block_id(INJECTION)], "h"))
     run.until_idle()
     [r] = receipts.result(timeout=0)
     assert r.cause == "release" and r.mode == "exact" and r.request_id == "h" and r.tokens_recomputed > 0
@@ -144,7 +145,7 @@ def test_evicting_a_reused_prefix_leaves_the_cached_count_consistent(m):
     run.until_idle()
     start = next(s.start for s in again.spans if s.block == block_id(INJECTION))
     assert again.cached_tokens > start
-    run.sched.call(lambda: run.pool.release_hold(again, [block_id(INJECTION)], "b"))
+    run.sched.call(lambda: run.pool.lift_hold(again, [block_id(INJECTION)], "b"))
     run.until_idle()
     assert again.finish_reason and again.cached_tokens == start <= len(again.prompt)
 
@@ -155,9 +156,9 @@ def test_release_of_a_queued_request_and_a_release_without_quarantine(m):
     second = run.submit(sequence(m, conversation("second", hold=True, system="Other.")))
     run.sched.step()
     assert second.cache is None
-    run.pool.release_hold(second, [block_id(INJECTION)], "second")  # queued: its cache is made to evict from
+    run.pool.lift_hold(second, [block_id(INJECTION)], "second")  # queued: its cache is made to evict from
     assert not second.held and block_id(INJECTION) not in {s.block for s in second.cache.spans}
-    assert run.pool.release_hold(first, []) == [] and not first.held
+    assert run.pool.lift_hold(first, []) == [] and not first.held
     run.until_idle()
     assert first.finish_reason and second.finish_reason
 
@@ -166,8 +167,8 @@ def test_a_held_request_without_release_times_out(m):
     run = Run(m, hold_timeout=0.0)
     held = run.submit(sequence(m, conversation("h", hold=True)))
     run.sched.step()
-    [(kind, (code, message))] = run.events["h"]
-    assert kind == "error" and code == ErrorCode.TIMEOUT and "no Release" in message
+    [failed] = run.events["h"]
+    assert isinstance(failed, Failed) and failed.code == ErrorCode.TIMEOUT and "no Release" in failed.message
     assert held not in run.sched.active and all(e.owner is None for e in run.pool.entries.values())
 
 
@@ -176,7 +177,7 @@ def test_cancelled_queued_sequence_gives_its_cache_back(m):
     run.submit(sequence(m, conversation("a", max_tokens=30)))
     b = run.submit(sequence(m, conversation("b", hold=True, system="Other.")))
     run.sched.step()
-    run.pool.release_hold(b, [])
+    run.pool.lift_hold(b, [])
     run.pool.acquire(b)
     run.sched.cancel("b")
     run.sched.step()
@@ -184,11 +185,10 @@ def test_cancelled_queued_sequence_gives_its_cache_back(m):
 
 
 def test_sequence_without_pool_keeps_working(m):
-    """Existing callers hand the scheduler a sequence with its cache: the default hooks leave it alone."""
+    """Existing callers hand the scheduler a sequence with its cache: the pool leaves it alone."""
     req = conversation("x")
     seq = Sequence(request=req, prompt=sequence(m, req).prompt, cache=m.transformer.new_cache(), model=m)
     run = Run(m)
-    run.sched.acquire = run.sched.release = lambda s: None
     run.submit(seq)
     run.until_idle()
     assert seq.finish_reason and not run.pool.entries
@@ -205,8 +205,8 @@ def test_one_failing_sequence_never_fails_its_batch_neighbours(m):
     bad.sampler = broken
     run.until_idle()
     assert all(s.finish_reason == "length" and len(s.generated) == 5 for s in good)
-    [(kind, (code, message))] = run.events["bad"]
-    assert kind == "error" and code == ErrorCode.INTERNAL and "non-finite" in message
+    [failed] = run.events["bad"]
+    assert isinstance(failed, Failed) and failed.code == ErrorCode.INTERNAL and "non-finite" in failed.message
 
 
 def test_the_queue_limit_holds_for_a_burst_between_two_steps(m):

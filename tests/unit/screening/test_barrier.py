@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fak_gateway.context_filter import AuditView, ContextFilter
+from fak_gateway.audit_view import AuditView
+from fak_gateway.context_filter import ContextFilter
 from fak_gateway.guard import Guard, derive_session
 from fakcore.metrics import Metrics
 from fakcore.protocol import (
@@ -132,12 +133,23 @@ async def test_known_blocks_are_not_screened_again_and_quarantined_ones_never_le
 
 @pytest.mark.parametrize("barrier", ["engine", "gateway"])
 async def test_gateway_barrier_screens_before_sending(barrier):
-    nc, engines = FakeNC(), FakeEngines(held=False)
+    """engine: sent at once, held, payload and all (the worker prefills while screening runs), and the
+    Release names the quarantined block. gateway: screened first, sent once with the placeholder, no hold,
+    nothing to release."""
+    nc, engines = FakeNC(), FakeEngines(held=True)
     g = guard(nc, verdict_barrier=barrier)
-    await drain((await g.start(engines, request(EVIL), key=""))[1])
-    if barrier == "gateway":
-        [sent] = engines.sent
-        assert not sent.hold and EVIL not in [m.content for m in sent.messages]
+    out = await drain((await g.start(engines, request(EVIL), key=""))[1])
+    assert isinstance(out[-1], GenerateDone)
+    [sent] = engines.sent
+    contents = [m.content for m in sent.messages]
+    releases = [r for subject, r in nc.published if subject == subjects.RELEASE]
+    if barrier == "engine":
+        assert sent.hold and EVIL in contents
+        assert [(r.request_id, r.quarantined) for r in releases] == [(sent.request_id, [block_id(EVIL)])]
+    else:
+        assert not sent.hold and EVIL not in contents and contents[-1].startswith("[fak:")
+        assert releases == []
+    assert block_id(EVIL) in g.filter.quarantined
 
 
 async def test_denied_call_becomes_text_and_the_allowed_one_stays():

@@ -62,6 +62,6 @@ def hf_spm(spm_gguf):
 
 @pytest.fixture(scope="session")
 def byte_tok():
-    from fakcore.text.tokenizer import ByteTokenizer
+    from fakcore.text.byte_tokenizer import ByteTokenizer
 
     return ByteTokenizer(["<|im_start|>", "<|im_end|>", "<|endoftext|>"], bos="<|endoftext|>", eos="<|im_end|>")

@@ -10,7 +10,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from fakcore.text.constrain import Constraint, ConstraintError
+from fakcore.text.constrain import Grammar, GrammarError
 from fakcore.text.toolcalls import parse_tool_calls
 
 SCHEMAS = {
@@ -85,16 +85,16 @@ TOOLS = [
 ]
 
 
-def _drive(constraint: Constraint, pick, limit: int = 300) -> tuple[list[int], list[float]]:
+def _drive(grammar: Grammar, pick, limit: int = 300) -> tuple[list[int], list[float]]:
     ids, timings = [], []
-    while not constraint.is_done():
+    while not grammar.is_done():
         assert len(ids) < limit, "the constraint never finished"
         start = time.perf_counter()
-        mask = constraint.allowed()
+        mask = grammar.allowed()
         timings.append(time.perf_counter() - start)
-        assert mask.shape == (constraint.vocab_size,) and mask.any()
+        assert mask.shape == (grammar.vocab_size,) and mask.any()
         token = pick(np.flatnonzero(mask))
-        constraint.advance(token)
+        grammar.advance(token)
         ids.append(token)
     return ids, timings
 
@@ -109,7 +109,7 @@ def test_json_schema_output_is_valid(smollm2, name):
     schema = SCHEMAS[name]
     for seed in range(3):
         for picker, pick in _pickers(seed).items():
-            ids, _ = _drive(Constraint.json_schema(smollm2, schema), pick)
+            ids, _ = _drive(Grammar.json_schema(smollm2, schema), pick)
             text = smollm2.decode(ids)
             jsonschema.validate(json.loads(text), schema)
             if picker == "lowest":
@@ -122,7 +122,7 @@ def test_tool_call_output_parses(smollm2, style):
     for seed in range(3):
         for name in (None, "add"):
             for pick in _pickers(seed).values():
-                ids, _ = _drive(Constraint.tool_call(smollm2, TOOLS, name=name, style=style), pick)
+                ids, _ = _drive(Grammar.tool_call(smollm2, TOOLS, name=name, style=style), pick)
                 text = smollm2.decode(ids, skip_special=False)
                 content, calls = parse_tool_calls(text, style)
                 assert content == "" and len(calls) == 1, text
@@ -131,66 +131,66 @@ def test_tool_call_output_parses(smollm2, style):
 
 
 def test_hermes_syntax(smollm2):
-    ids, _ = _drive(Constraint.tool_call(smollm2, TOOLS, name="add", style="hermes"), _pickers(0)["lowest"])
+    ids, _ = _drive(Grammar.tool_call(smollm2, TOOLS, name="add", style="hermes"), _pickers(0)["lowest"])
     text = smollm2.decode(ids)
     assert text.startswith('<tool_call>\n{"name": "add", "arguments": {"a": ') and text.endswith("}}\n</tool_call>")
 
 
 def test_mask_takes_milliseconds(smollm2):
-    constraint = Constraint.json_schema(smollm2, SCHEMAS["nested_arrays"])
-    _, timings = _drive(constraint, _pickers(7)["random"])
-    constraint = Constraint.tool_call(smollm2, TOOLS, name=None, style="hermes")
-    _, more = _drive(constraint, _pickers(7)["random"])
+    grammar = Grammar.json_schema(smollm2, SCHEMAS["nested_arrays"])
+    _, timings = _drive(grammar, _pickers(7)["random"])
+    grammar = Grammar.tool_call(smollm2, TOOLS, name=None, style="hermes")
+    _, more = _drive(grammar, _pickers(7)["random"])
     timings = np.array(timings + more) * 1e3
     print(f"\nmask over {smollm2.vocab_size} tokens: mean {timings.mean():.3f} ms, max {timings.max():.3f} ms, n={len(timings)}")
     assert np.median(timings) < 5.0 and timings.max() < 50.0
 
 
 def test_done_then_only_eos(smollm2):
-    constraint = Constraint.json_schema(smollm2, {"enum": ["yes"]})
-    ids, _ = _drive(constraint, _pickers(0)["lowest"])
-    assert smollm2.decode(ids) == '"yes"' and constraint.is_accepting()
-    assert list(np.flatnonzero(constraint.allowed())) == list(smollm2.eos_ids)
+    grammar = Grammar.json_schema(smollm2, {"enum": ["yes"]})
+    ids, _ = _drive(grammar, _pickers(0)["lowest"])
+    assert smollm2.decode(ids) == '"yes"' and grammar.is_accepting()
+    assert list(np.flatnonzero(grammar.allowed())) == list(smollm2.eos_ids)
 
 
 def test_special_tokens_in_grammars(smollm2, byte_tok):
     """Specials are written `<[id]>`; for the ByteTokenizer a literal spelled like one stays text."""
     end = smollm2.token_to_id("<|im_end|>")
-    ids, _ = _drive(Constraint.lark(smollm2, f'start: <[{end}]> "x"'), _pickers(0)["lowest"])
+    ids, _ = _drive(Grammar.lark(smollm2, f'start: <[{end}]> "x"'), _pickers(0)["lowest"])
     assert smollm2.decode(ids, skip_special=False) == "<|im_end|>x" and ids[0] == end
-    constraint = Constraint.lark(byte_tok, 'start: "<|im_end|>x"')
-    assert not constraint.allowed()[byte_tok.token_to_id("<|im_end|>")]
-    ids, _ = _drive(constraint, _pickers(0)["random"])
+    grammar = Grammar.lark(byte_tok, 'start: "<|im_end|>x"')
+    assert not grammar.allowed()[byte_tok.token_to_id("<|im_end|>")]
+    ids, _ = _drive(grammar, _pickers(0)["random"])
     assert ids == list(b"<|im_end|>x")
 
 
 def test_byte_tokenizer(byte_tok):
     schema = SCHEMAS["enum_and_range"]
     for pick in _pickers(3).values():
-        ids, _ = _drive(Constraint.json_schema(byte_tok, schema), pick)
+        ids, _ = _drive(Grammar.json_schema(byte_tok, schema), pick)
         jsonschema.validate(json.loads(byte_tok.decode(ids)), schema)
-        ids, _ = _drive(Constraint.tool_call(byte_tok, TOOLS, name=None, style="fak"), pick)
+        ids, _ = _drive(Grammar.tool_call(byte_tok, TOOLS, name=None, style="fak"), pick)
         assert len(parse_tool_calls(byte_tok.decode(ids), "fak")[1]) == 1
 
 
 def test_errors(smollm2):
-    with pytest.raises(ConstraintError, match="nope"):
-        Constraint.tool_call(smollm2, TOOLS, name="nope", style="hermes")
-    with pytest.raises(ConstraintError, match="style"):
-        Constraint.tool_call(smollm2, TOOLS, name=None, style="xml")
-    with pytest.raises(ConstraintError, match="Lark"):
-        Constraint.lark(smollm2, "start: undefined_rule")
-    constraint = Constraint.json_schema(smollm2, {"type": "integer"})
-    with pytest.raises(ConstraintError, match="not allowed"):
-        constraint.advance(smollm2.token_to_id("Ġworld"))
+    with pytest.raises(GrammarError, match="nope"):
+        Grammar.tool_call(smollm2, TOOLS, name="nope", style="hermes")
+    with pytest.raises(GrammarError, match="style"):
+        Grammar.tool_call(smollm2, TOOLS, name=None, style="xml")
+    with pytest.raises(GrammarError, match="Lark"):
+        Grammar.lark(smollm2, "start: undefined_rule")
+    grammar = Grammar.json_schema(smollm2, {"type": "integer"})
+    with pytest.raises(GrammarError, match="not allowed"):
+        grammar.advance(smollm2.token_to_id("Ġworld"))
 
 
 def test_tags_that_are_special_tokens():
     """A vocabulary where <tool_call> is a special token gets it by id, not spelled out."""
-    from fakcore.text.tokenizer import ByteTokenizer
+    from fakcore.text.byte_tokenizer import ByteTokenizer
 
     tok = ByteTokenizer(["<tool_call>", "</tool_call>", "<|end|>"], eos="<|end|>")
-    ids, _ = _drive(Constraint.tool_call(tok, TOOLS, name="add", style="hermes"), _pickers(1)["random"])
+    ids, _ = _drive(Grammar.tool_call(tok, TOOLS, name="add", style="hermes"), _pickers(1)["random"])
     assert ids[0] == tok.token_to_id("<tool_call>") and ids[-1] == tok.token_to_id("</tool_call>")
     assert parse_tool_calls(tok.decode(ids, skip_special=False), "hermes")[1][0].name == "add"
 
@@ -210,15 +210,15 @@ def test_codexs_apply_patch_grammar_constrains_a_custom_tool(smollm2):
     the mask begins as a patch."""
     grammar = _codex_apply_patch_grammar()
     patch = "*** Begin Patch\n*** Add File: hello.txt\n+Hello, world\n*** Update File: a.py\n@@ def f():\n-    return 1\n+    return 2\n*** End Patch\n"
-    c = Constraint.custom(smollm2, "lark", grammar)
+    c = Grammar.custom(smollm2, "lark", grammar)
     for token in smollm2.encode(patch):
         c.advance(token)
     assert c.is_accepting()
-    bad = Constraint.custom(smollm2, "lark", grammar)
-    with pytest.raises(ConstraintError):
+    bad = Grammar.custom(smollm2, "lark", grammar)
+    with pytest.raises(GrammarError):
         for token in smollm2.encode("Sure! Here is the patch:"):
             bad.advance(token)
-    c = Constraint.custom(smollm2, "lark", grammar)
+    c = Grammar.custom(smollm2, "lark", grammar)
     rng = random.Random(0)
     ids = []
     for _ in range(12):
@@ -229,9 +229,9 @@ def test_codexs_apply_patch_grammar_constrains_a_custom_tool(smollm2):
 
 
 def test_a_regex_custom_tool_and_a_bad_syntax(smollm2):
-    c = Constraint.custom(smollm2, "regex", r"[0-9]{3}-[0-9]{4}")
+    c = Grammar.custom(smollm2, "regex", r"[0-9]{3}-[0-9]{4}")
     for token in smollm2.encode("555-1234"):
         c.advance(token)
     assert c.is_accepting()
-    with pytest.raises(ConstraintError, match="syntax"):
-        Constraint.custom(smollm2, "ebnf", "x")
+    with pytest.raises(GrammarError, match="syntax"):
+        Grammar.custom(smollm2, "ebnf", "x")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from fakcore.text.tokenizer import StreamDecoder
+from fakcore.text.stream_decode import StreamDecoder
 
 
 def _streamed(tok, ids, skip_special=True) -> tuple[str, list[str]]:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from fakcore.text.tokenizer import ByteTokenizer, Tokenizer, TokenizerError
+from fakcore.text.byte_tokenizer import ByteTokenizer
+from fakcore.text.tokenizer import Tokenizer, TokenizerError
 
 CORPUS = [
     "Hello world",
@@ -159,7 +160,7 @@ def test_sentencepiece_fields(spm):
 
 def test_sentencepiece_with_merges_in_the_file(spm_gguf, spm):
     """A 'llama' vocabulary may list its merges instead of leaving them to be rebuilt from the scores."""
-    from fakcore.text.tokenizer import generate_merges
+    from fakcore.text.gguf_vocab import generate_merges
 
     from .support import read_gguf_metadata
 

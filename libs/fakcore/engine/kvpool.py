@@ -1,18 +1,11 @@
 """A worker's KV memory: every cached sequence, prefix reuse across requests and sessions, the memory budget,
-and span eviction with receipts (DESIGN §3, §4).
+and span eviction with receipts (docs/architecture.md §3, §4).
 
-    acquire(seq)  a request gets its cache: the longest cached prefix of its prompt, taken over or copied
-    release(seq)  the request is done; its cache stays for reuse until the budget needs the room (LRU)
-    evict(...)    drop the spans of quarantined blocks from every cache holding them, with a receipt each
-
-Eviction modes:
-    exact  truncate at the first evicted position and run the surviving suffix through the model at its new
-           positions. On a batch-invariant backend the cache is then bit-identical to a fresh prefill of the
-           surviving tokens, and so is every later logit.
-    shift  close the gap (backend.kv_drop) and re-rotate the moved keys from their pre-RoPE copies at their
-           new positions (backend.kv_rerope), no recompute. No position can attend to the span any more, but
-           survivors' keys and values above layer 0 were computed while the span was visible and still carry
-           its influence: the receipt says so and reports the measured deviation.
+    acquire(seq)    a request gets its cache: the longest cached prefix of its prompt, taken over or copied
+    give_back(seq)  the request is done; its cache stays for reuse until the budget needs the room (LRU)
+    evict(...)      drop the spans of quarantined blocks from every cache holding them, with a receipt each
+                    (engine/eviction.py: exact or shift)
+    lift_hold(...)  the verdict barrier opens for a held request: its quarantined blocks go first
 
 Everything here runs on the scheduler thread, the only thread that touches caches (the worker reaches it
 through Scheduler.call). Nothing here knows about NATS: bus messages leave through `publish`.
@@ -24,97 +17,28 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fakcore.engine.backend import Segment
-from fakcore.engine.kvcache import SpanEntry, cut_spans, cut_tokens, merge_ranges
+from fakcore.engine.eviction import evict_cache
+from fakcore.engine.kvcache import KVCache
 from fakcore.engine.transformer import Transformer
 from fakcore.protocol import KvEvicted, KvSpans, KvWorkerStats, Span
 
-MODES = ("exact", "shift")
+if TYPE_CHECKING:
+    from fakcore.engine.sequence import Sequence
+
 RESERVE_DECODE = 256  # decode room reserved with a new request's cache (more grows by doubling)
-SHIFT_NOTE = ("shift: the evicted positions are gone from every layer and the survivors' keys were re-rotated at "
-              "their new positions, so nothing can attend to the span; but survivors' keys and values above layer 0 "
-              "were computed while the span was visible and still carry its influence (layer_dev, max_abs_dev)")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# One cache: prefill, eviction, verification
-# ---------------------------------------------------------------------------------------------------------
-
-
-def prefill(tf: Transformer, cache: Any, tokens: list[int], chunk: int = 256) -> np.ndarray | None:
-    """Append `tokens` to `cache` in forward passes of at most `chunk` tokens; the last row's logits."""
-    logits = None
-    for i in range(0, len(tokens), max(1, chunk)):
-        part = np.asarray(tokens[i:i + chunk], np.int64)
-        logits = tf.forward(part, [Segment(cache, slice(0, len(part)))], np.asarray([len(part) - 1], np.int64))[0]
-    return logits
-
-
-def compare_fresh(tf: Transformer, cache: Any, chunk: int = 256) -> tuple[bool, float, list[float]]:
-    """Prefill `cache.tokens` into a scratch cache; (bit-identical, max |Δ|, per-layer max |Δ|) over K and V."""
-    fresh = tf.new_cache()
-    prefill(tf, fresh, list(cache.tokens), chunk)
-    k, v = cache.host_kv()
-    fk, fv = fresh.host_kv()
-    layer_dev = [float(max(np.abs(k[i] - fk[i]).max(initial=0.0), np.abs(v[i] - fv[i]).max(initial=0.0)))
-                 for i in range(k.shape[0])]
-    return cache.digest() == fresh.digest(), max(layer_dev, default=0.0), layer_dev
-
-
-def evict_cache(tf: Transformer, cache: Any, ranges: list[tuple[int, int]], mode: str = "exact", *, chunk: int = 256,
-                verify: bool = True) -> KvEvicted:
-    """Remove the positions of `ranges` (sequence positions, sorted and disjoint; parts past `cache.length`
-    are metadata only) from `cache`. Returns the receipt without worker/sequence names."""
-    if mode not in MODES:
-        raise ValueError(f"unknown eviction mode {mode!r}: expected {' or '.join(MODES)}")
-    be = tf.be
-    blocks = sorted({s.block for s in cache.spans if any(s.start < e and b < s.end for b, e in ranges)})
-    removed = [Span(block=s.block, start=s.start, end=s.end) for s in cache.spans
-               if any(b <= s.start and s.end <= e for b, e in ranges)]
-    held = merge_ranges([(b, min(e, cache.length)) for b, e in ranges if b < cache.length])
-    spans = cut_spans(cache.spans, ranges)  # the full ranges: a span still being prefilled goes whole
-    before, n0 = cache.digest(), cache.length
-    t0 = time.perf_counter()
-    recomputed = 0
-    if held and mode == "exact":
-        survivors = cut_tokens(list(cache.tokens), held)
-        start = held[0][0]
-        cache.truncate(start)
-        prefill(tf, cache, survivors[start:], chunk)
-        recomputed = len(survivors) - start
-    elif held:
-        for b, e in reversed(held):
-            be.kv_drop(cache, b, e)
-            cache.forget(b, e)
-        be.kv_rerope(cache, held[0][0], cache.length, tf.rope)
-    cache.spans = spans
-    seconds = time.perf_counter() - t0
-    receipt = KvEvicted(worker="", sequence="", blocks=blocks, spans=removed, mode=mode, tokens_before=n0,
-                        tokens_after=cache.length, tokens_recomputed=recomputed, digest_before=before,
-                        digest_after=cache.digest(), backend=be.name, batch_invariant=bool(be.batch_invariant),
-                        seconds=seconds, note=SHIFT_NOTE if mode == "shift" and held else "", ts=time.time())
-    if verify and held:
-        receipt.check = "fresh-prefill"
-        receipt.identical, receipt.max_abs_dev, receipt.layer_dev = compare_fresh(tf, cache, chunk)
-    return receipt
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The pool of a worker's caches
-# ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Entry:
     id: str  # the sequence's name on the bus (KvSpans.sequence)
-    cache: Any
+    cache: KVCache
     session: str = ""  # x-fak-session of the request that last used it: such entries are dropped last
     tenant: str = ""  # whose prompts it holds: only that tenant's requests may reuse it (cached_tokens is an oracle)
-    owner: Any = None  # the Sequence using it now; None: idle (reusable, droppable)
+    owner: Sequence | None = None  # the Sequence using it now; None: idle (reusable, droppable)
     used: float = 0.0  # monotonic time of the last use (LRU)
     prompt_len: int = 0  # how much of it was the last request's prompt (the rest it generated)
 
@@ -145,9 +69,10 @@ class KVPool:
         self.lookups = self.hits = self.cached_tokens = self.evictions = self.dropped = 0
 
     # -- requests ------------------------------------------------------------------------------------
-    def acquire(self, seq: Any) -> None:
+    def acquire(self, seq: Sequence) -> None:
         """Give `seq` its cache, reusing the longest cached prefix of its prompt (any session's of its own
-        tenant: another tenant's cached prefix would tell, through cached_tokens, what that tenant sent)."""
+        tenant: another tenant's cached prefix would tell, through cached_tokens, what that tenant sent).
+        A sequence that came with its cache keeps it."""
         if seq.cache is not None:
             return
         session, tenant = seq.request.session, seq.request.tenant
@@ -171,20 +96,20 @@ class KVPool:
                 entry.cache.truncate(best_len)
             else:  # copy the shared prefix: the other sequence keeps its cache
                 entry = self._new_entry()
-                self.tf.be.kv_copy(best.cache, entry.cache, best_len)
-                entry.cache.commit(best.cache.tokens[:best_len])
+                entry.cache.copy_prefix(best.cache, best_len)
         else:
             best_len = 0
             entry = self._new_entry()
         entry.owner, entry.session, entry.tenant, entry.used = seq, session, tenant, time.monotonic()
         entry.cache.reserve(len(seq.prompt) + min(seq.request.sampling.max_tokens, RESERVE_DECODE))  # grow once, not by doubling
-        entry.cache.spans = [SpanEntry(s.block, s.start, s.end) for s in getattr(seq, "spans", [])]
+        entry.cache.spans = [Span(block=s.block, start=s.start, end=s.end) for s in seq.spans]
         seq.cache, seq.cached_tokens = entry.cache, best_len
         self._fit()
         self.publish(self.span_map(entry))
 
-    def release(self, seq: Any) -> None:
-        """`seq` is finished (done, failed or cancelled): its cache becomes idle, kept while the budget allows."""
+    def give_back(self, seq: Sequence) -> None:
+        """`seq` is finished (done, failed or cancelled): its cache becomes idle, kept while the budget allows.
+        A cache the pool did not lend (the sequence came with it) is left alone."""
         entry = self.entry_of(seq)
         if entry is None:
             return
@@ -193,7 +118,7 @@ class KVPool:
         if entry.id in self.entries:
             self.publish(self.span_map(entry))
 
-    def entry_of(self, seq: Any) -> Entry | None:
+    def entry_of(self, seq: Sequence) -> Entry | None:
         return next((e for e in self.entries.values() if e.owner is seq), None)
 
     def _new_entry(self) -> Entry:
@@ -219,8 +144,8 @@ class KVPool:
         self.publish(KvSpans(worker=self.worker, sequence=e.id, session=e.session, dropped=True))
 
     # -- eviction ------------------------------------------------------------------------------------
-    def evict(self, blocks: Iterable[str], mode: str = "exact", *, queued: Iterable[Any] = (), only: Any = None,
-              cause: str = "", request_id: str = "") -> list[KvEvicted]:
+    def evict(self, blocks: Iterable[str], mode: str = "exact", *, queued: Iterable[Sequence] = (),
+              only: Sequence | None = None, cause: str = "", request_id: str = "") -> list[KvEvicted]:
         """Evict every span of `blocks` from the caches holding them: all of them, or only `only`'s (a
         Sequence). Queued sequences (no cache yet) whose prompt holds a block get their cache first, so their
         prompt loses the block too. In-flight sequences lose the block from their remaining prompt as well."""
@@ -249,9 +174,9 @@ class KVPool:
         self._fit()
         return receipts
 
-    def release_hold(self, seq: Any, quarantined: Iterable[str], request_id: str = "") -> list[KvEvicted]:
-        """The verdict barrier opens for `seq`: evict the quarantined blocks from its own cache (exact: the
-        cache then equals one that never saw them) and let it decode."""
+    def lift_hold(self, seq: Sequence, quarantined: Iterable[str], request_id: str = "") -> list[KvEvicted]:
+        """The verdict barrier opens for `seq` (a Release named it): evict the quarantined blocks from its own
+        cache (exact: the cache then equals one that never saw them) and let it decode."""
         quarantined = list(quarantined)
         receipts = self.evict(quarantined, "exact", only=seq, cause="release", request_id=request_id) if quarantined else []
         seq.held = False
@@ -260,7 +185,7 @@ class KVPool:
     # -- views ---------------------------------------------------------------------------------------
     def span_map(self, e: Entry) -> KvSpans:
         return KvSpans(worker=self.worker, sequence=e.id, session=e.session, length=e.cache.length,
-                       spans=[Span(block=s.block, start=s.start, end=s.end) for s in e.cache.spans])
+                       spans=list(e.cache.spans))
 
     def maps(self) -> list[KvSpans]:
         return [self.span_map(e) for e in self.entries.values()]

@@ -1,0 +1,54 @@
+"""The tensors a ModelConfig implies, under canonical (llama.cpp) names, and the check a checkpoint passes.
+
+Every family file turns its checkpoint's names into these; `check_tensors` then fails loudly, naming the
+file and the tensor, on anything missing, extra or misshapen, before a single weight reaches a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from fakcore.formats.tensor import FormatError, Tensor
+from fakcore.models.config import ModelConfig
+
+
+class WeightError(FormatError):
+    """A checkpoint's tensors do not match its architecture (missing, extra, or wrong shape)."""
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every canonical tensor the config implies, with its row-major shape."""
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab_size, cfg.dim), "output_norm.weight": (cfg.dim,)}
+    if not cfg.tie_embeddings:
+        shapes["output.weight"] = (cfg.vocab_size, cfg.dim)
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        shapes |= {p + "attn_norm.weight": (cfg.dim,), p + "attn_q.weight": (q, cfg.dim), p + "attn_k.weight": (kv, cfg.dim),
+                   p + "attn_v.weight": (kv, cfg.dim), p + "attn_output.weight": (cfg.dim, q), p + "ffn_norm.weight": (cfg.dim,),
+                   p + "ffn_gate.weight": (cfg.ffn_dim, cfg.dim), p + "ffn_up.weight": (cfg.ffn_dim, cfg.dim),
+                   p + "ffn_down.weight": (cfg.dim, cfg.ffn_dim)}
+        if cfg.qkv_bias:
+            shapes |= {p + "attn_q.bias": (q,), p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
+        if cfg.qk_norm:
+            shapes |= {p + "attn_q_norm.weight": (cfg.head_dim,), p + "attn_k_norm.weight": (cfg.head_dim,)}
+        if cfg.sandwich_norm:
+            shapes |= {p + "post_attention_norm.weight": (cfg.dim,), p + "post_ffw_norm.weight": (cfg.dim,)}
+    return shapes
+
+
+def check_tensors(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> None:
+    """Fail loudly, naming the file and the tensor, on a missing, extra or wrongly shaped tensor."""
+    shapes = expected_shapes(cfg)
+    missing = sorted(set(shapes) - set(tensors))
+    if missing:
+        raise WeightError(f"{source}: missing tensor {missing[0]!r}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    extra = sorted(set(tensors) - set(shapes))
+    if extra:
+        raise WeightError(f"{source}: unexpected tensor {extra[0]!r} for {cfg.arch}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    for name, shape in shapes.items():
+        got = tuple(tensors[name].shape)
+        if got != shape and not (len(shape) == 1 and int(np.prod(got)) == shape[0]):
+            raise WeightError(f"{source}: tensor {name!r} has shape {got}, expected {shape}")

@@ -1,0 +1,136 @@
+"""What the adjudicator does with each request, bus-free: a handler per message type, and what it needs.
+
+    AdjudicateCall   -> policy (per API key) + rate limits            -> CallVerdict, the reply
+    AdjudicateResult -> inline screen [+ model stage if sync]          -> ResultVerdict, the reply
+                        quarantine: published before the reply (the fan-out never misses one)
+                        async model stage after a clean inline verdict -> a late QuarantineVerdict
+    every verdict    -> an audit record, after the reply
+
+main.py's consumer decodes the bytes, picks the handler from HANDLERS and gives it `respond` (which signs
+the reply for the request it answers); the decisions themselves are handlers.py's pure functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from fak_adjudicator import handlers
+from fakcore.policy import PolicyStore, RateLimiter
+from fakcore.protocol import (
+    AdjudicateCall,
+    AdjudicateResult,
+    AuditRecord,
+    ResultVerdict,
+    encode,
+    encode_signed,
+    subjects,
+)
+from fakcore.screening import Screener
+from fakcore.settings import Settings
+
+if TYPE_CHECKING:  # main.py registers the metrics and builds Deps
+    from fak_adjudicator.main import AdjudicatorMetrics
+
+log = logging.getLogger("fak.adjudicator")
+
+Publish = Callable[..., Awaitable[Any]]  # JetStream's publish(subject, payload, headers=...): returns once stored
+Respond = Callable[[msgspec.Struct], Awaitable[None]]  # the reply to the request being handled
+
+
+@dataclass
+class Deps:
+    settings: Settings  # verdict_key (signatures), screen_model ("sync", "async", "off")
+    store: PolicyStore  # the policies in force (`store.current`), reloaded by check_policy
+    limiter: RateLimiter
+    screener: Screener  # its model is None when screen_model is "off"
+    publish: Publish  # quarantine verdicts and audit records go to JetStream through it
+    metrics: AdjudicatorMetrics
+    instance: str  # this process, the audit records' `source`
+    health: dict[str, Any] = field(default_factory=dict)  # the service's /healthz detail (policy, policy_error)
+    background: set[asyncio.Task] = field(default_factory=set)  # async model stages in flight
+
+
+async def on_call(deps: Deps, req: AdjudicateCall, respond: Respond) -> None:
+    t0 = time.perf_counter()
+    verdict = handlers.adjudicate_call(deps.store.current, deps.limiter, req)
+    deps.metrics.verdicts.labels("call", "allow" if verdict.allow else "deny", verdict.rule, "").inc()
+    await respond(verdict)
+    record = handlers.audit_call(req, verdict, time.perf_counter() - t0, deps.instance)
+    deps.metrics.latency.labels("call").observe(time.perf_counter() - t0)
+    await audit(deps, record)
+
+
+async def on_result(deps: Deps, req: AdjudicateResult, respond: Respond) -> None:
+    t0 = time.perf_counter()
+    mode, m = deps.settings.screen_model, deps.metrics
+    verdict = handlers.screen_result(deps.screener, req, with_model=mode == "sync")
+    m.screen.labels("inline+model" if mode == "sync" else "inline").observe(time.perf_counter() - t0)
+    m.verdicts.labels("result", verdict.verdict, "", verdict.detector or "none").inc()
+    if verdict.verdict == "quarantine":
+        await publish_quarantine(deps, req, verdict)  # before the reply: the fan-out never misses one
+    await respond(verdict)
+    record = handlers.audit_result(req, verdict, time.perf_counter() - t0, deps.instance)
+    if verdict.verdict == "clean" and mode == "async" and deps.screener.model is not None:
+        task = asyncio.create_task(late_model_stage(deps, req))
+        deps.background.add(task)
+        task.add_done_callback(deps.background.discard)
+    m.latency.labels("result").observe(time.perf_counter() - t0)
+    await audit(deps, record)
+
+
+HANDLERS: dict[type, Callable[[Deps, Any, Respond], Awaitable[None]]] = {
+    AdjudicateCall: on_call,
+    AdjudicateResult: on_result,
+}
+
+
+async def late_model_stage(deps: Deps, req: AdjudicateResult) -> None:
+    """The model stage after a clean inline verdict (async mode): a quarantine arrives late, enforced by eviction."""
+    t0 = time.perf_counter()
+    v = await asyncio.to_thread(handlers.second_opinion, deps.screener, req)
+    deps.metrics.screen.labels("model").observe(time.perf_counter() - t0)
+    if v is not None:
+        deps.metrics.verdicts.labels("result", "quarantine", "", v.detector).inc()
+        await publish_quarantine(deps, req, v)
+        await audit(deps, handlers.audit_result(req, v, time.perf_counter() - t0, deps.instance))
+        log.info("late quarantine of %s (%s, %.3f)", v.block, v.detector, v.score)
+
+
+async def publish_quarantine(deps: Deps, req: AdjudicateResult, v: ResultVerdict) -> None:
+    q = handlers.quarantine_of(req, v)
+    # Nats-Msg-Id: the stream drops a second copy of the same block's verdict (another replica, a retry)
+    await deps.publish(subjects.QUARANTINE, encode_signed(q, deps.settings.verdict_key, subjects.QUARANTINE),
+                       headers={"Nats-Msg-Id": f"q-{q.block}"})
+    deps.metrics.quarantines.labels(v.stage, v.detector).inc()
+
+
+async def audit(deps: Deps, record: AuditRecord) -> None:
+    try:
+        await deps.publish(subjects.AUDIT, encode(record))
+    except Exception as exc:  # the verdict stands; a lost audit record is logged, never fatal
+        log.warning("audit record not stored: %s", exc)
+
+
+def check_policy(deps: Deps) -> None:
+    """One look at the policy files: reload them if they changed; a bad file keeps the policy in force."""
+    store, m = deps.store, deps.metrics
+    try:
+        changed = store.check()
+    except Exception as exc:  # one bad look at the files: the policy in force stays, the next look may do better
+        changed = False
+        store.error = f"cannot read the policy files: {exc}"
+    if changed is True:
+        m.reloads.labels("ok").inc()
+        deps.health.update(policy=store.current.source, policy_error="")
+        log.info("policy reloaded from %s", store.current.source)
+    elif changed is False:
+        m.reloads.labels("error").inc()
+        deps.health["policy_error"] = store.error
+        log.error("policy reload failed, the previous policy stays in force: %s", store.error)
