@@ -253,13 +253,13 @@ def registry_names(metrics: Metrics) -> set[tuple[str, str]]:
 def test_the_metrics_classes_register_what_the_table_says():
     """The parsed calls are what a service's registry really holds (the `fak_` prefix, the types)."""
     from fak_adjudicator.main import AdjudicatorMetrics
-    from fak_gateway.app import GatewayMetrics
     from fak_gateway.guard import GuardMetrics
+    from fak_gateway.handling import GatewayMetrics
     from fak_gateway.upstream import UpstreamMetrics
     from fakcore.engine.worker import EngineMetrics
 
     code = code_metrics()
-    built = {"services/gateway/app.py": GatewayMetrics, "services/gateway/guard.py": GuardMetrics,
+    built = {"services/gateway/handling.py": GatewayMetrics, "services/gateway/guard.py": GuardMetrics,
              "services/gateway/upstream.py": UpstreamMetrics,
              "services/adjudicator/main.py": lambda m: AdjudicatorMetrics(SimpleNamespace(metrics=m)),
              "libs/fakcore/engine/worker.py": lambda m: EngineMetrics(SimpleNamespace(metrics=m), "synthetic")}
