@@ -69,12 +69,13 @@ def train_model(out: str) -> None:
     split is never looked at."""
     from pathlib import Path
 
-    from fakcore.screening.model import NgramModel, train
+    from fakcore.screening.model import NgramModel, train, windows
 
     tr, _ = corpus.split(corpus.build())
     fit, val = corpus.split(tr, holdout=0.25, seed=5)
     t0 = time.perf_counter()
-    w, b = train(*_windows_of(fit))
+    texts, labels = _windows_of(fit)
+    w, b = train([windows(t)[0][:2] if windows(t) else (np.zeros(0, np.int64), np.zeros(0, np.float32)) for t in texts], labels)
     probe = NgramModel(w=w, b=b, threshold=0.5)
     neg = np.array([probe.score(e.text) for e in val if not e.label])
     pos = np.array([probe.score(e.text) for e in val if e.label])
@@ -84,7 +85,7 @@ def train_model(out: str) -> None:
     print(f"validation ({len(val)} outputs, unseen families): threshold {threshold:.3f} -> "
           f"TPR {(pos >= threshold).mean() * 100:.2f}%  FPR {(neg >= threshold).mean() * 100:.2f}%")
     texts, labels = _windows_of(tr)
-    w, b = train(texts, labels)
+    w, b = train([windows(t)[0][:2] if windows(t) else (np.zeros(0, np.int64), np.zeros(0, np.float32)) for t in texts], labels)
     model = NgramModel(w=w, b=b, threshold=threshold, version=f"ngram-lr corpus-seed7 train-split n={len(texts)}")
     model.save(Path(out))
     print(f"trained on {len(texts)} windows ({sum(labels)} injected) in {time.perf_counter() - t0:.1f}s; "

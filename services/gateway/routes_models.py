@@ -45,7 +45,7 @@ async def chat_completions(request: Request) -> Response | Stream:
     if upstream is not None:  # OpenAI -> OpenAI: the client's JSON goes through
         req = openai_wire.chat_to_bus(r, session_of(request), strict=False)
         return await proxied(state, request, "openai", "chat",
-                              pipeline.proxied(route, upstream, req, key_id_of(request)).openai(body, request.headers, r.stream))
+                             pipeline.proxied(route, upstream, req, key_id_of(request)).openai(body, request.headers, r.stream))
     req = openai_wire.chat_to_bus(r, session_of(request))
     first, replies = await pipeline.start(req, route, request.headers, key_id_of(request), r.cache_salt or "")
     if r.stream:
@@ -69,7 +69,7 @@ async def completions(request: Request) -> Response | Stream:
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))
         return sse(state, "completions", "openai", openai_wire.completion_stream(req, first, replies, include_usage),
-                       receipt_headers(first))
+                   receipt_headers(first))
     return await respond(request, openai_wire.completion_response(req, replies), receipt_headers(first))
 
 
@@ -83,7 +83,7 @@ async def messages(request: Request) -> Response | Stream:
     if upstream is not None:  # Anthropic -> Anthropic: the client's very bytes go through
         req = anthropic_wire.messages_to_bus(r, session_of(request), strict=False)
         return await proxied(state, request, "anthropic", "messages", pipeline.proxied(route, upstream, req, key_id_of(request))
-                              .anthropic(body, request.headers, request.url.query, r.stream))
+                             .anthropic(body, request.headers, request.url.query, r.stream))
     req = anthropic_wire.messages_to_bus(r, session_of(request))
     first, replies = await pipeline.start(req, route, request.headers, key_id_of(request))
     headers = receipt_headers(first)
@@ -91,7 +91,7 @@ async def messages(request: Request) -> Response | Stream:
         headers["x-fak-ignored"] = ",".join(ignored)  # accepted, but not acted on by a local model
     if r.stream:
         return sse(state, "messages", "anthropic", anthropic_wire.message_stream(req, first, replies, first.prompt_tokens),
-                       headers)
+                   headers)
     return await respond(request, anthropic_wire.message_response(req, replies), headers)
 
 
@@ -108,7 +108,7 @@ async def count_tokens(request: Request) -> Response | Stream:
                                                "no token counting; count locally")
         lookup = state.guard.placeholder_of if state.guard is not None else (lambda b: None)
         return await proxied(state, request, "anthropic", "count_tokens",
-                              proxy.count_tokens(upstream, route, body, request.headers, request.url.query, lookup))
+                             proxy.count_tokens(upstream, route, body, request.headers, request.url.query, lookup))
     assert state.engines is not None
     counted = anthropic_wire.count_to_bus(r)
     counted.model = route.target

@@ -36,7 +36,7 @@ async def responses(request: Request) -> Response | Stream:
     if upstream is not None:  # Responses -> Responses: the client's JSON goes through (the upstream stores)
         turn = responses_wire.to_bus(r, [], session_of(request), strict=False)
         return await proxied(state, request, "responses", "responses",
-                              pipeline.proxied(route, upstream, turn.req, key).responses(body, request.headers, r.stream))
+                             pipeline.proxied(route, upstream, turn.req, key).responses(body, request.headers, r.stream))
     store = store_of(state)
     history = await store.conversation(r.previous_response_id, key) if r.previous_response_id else []
     turn = responses_wire.to_bus(r, history, session_of(request))

@@ -1,14 +1,21 @@
-"""The model stage: a small linear classifier over hashed character n-grams, scored window by window.
+"""The model stage: a small linear classifier over hashed character and word n-grams, scored window by window.
 
-Why this model: it ships inside fak's own wheel (`fakcore/data/screening/ngram-lr.npz`, ~0.5 MB), needs
+Why this model: it ships inside fak's own wheel (`fakcore/data/screening/ngram-lr.npz`, ~1 MB), needs
 numpy only, scores a tool result in about a millisecond on one core, and catches what the rules cannot
-enumerate (social engineering without trigger words, paraphrases). It is trained by `python -m bench
-screening --train` on fak's own corpus (bench/screening_corpus.py), never on a benchmark's data.
+enumerate (social engineering without trigger words, paraphrases, other languages). It is trained by
+`python -m bench screening --train` on fak's own corpus (bench/screening_corpus.py), never on a
+benchmark's data.
 
-    text  -> reveal (normalize.py: hidden unicode, escapes, decoded payloads)  -> lower-case UTF-8 bytes
-          -> windows of WINDOW bytes, stride WINDOW/2 (an injection is a sentence in a long document)
-          -> per window: 3-, 4-, 5-gram byte hashes mod DIM, log(1+count), L2-normalised   x  (sparse)
+    text  -> reveal (normalize.py: hidden unicode, escapes, decoded payloads): the text and its layers
+          -> per segment, Unicode code points, lower-cased; format characters (ZWJ…) dropped, whitespace
+             runs made one space, digits made '0' (an amount or an IBAN is no word)
+          -> windows of WINDOW units, stride WINDOW/2 (a CJK character counts 3 units, any other 1: an
+             injection is a sentence in a long document, and a CJK sentence is a third as long)
+          -> per window: hashed char 2-5-grams + word 1-2-grams mod DIM, log(1+count), L2-normalised  x
           -> p = sigmoid(w·x + b); a result's score is the max over its windows
+
+Hashing: polynomial hashes of any substring from one prefix sum (mod 2^64, numpy wraps), so every
+n-gram and every word is hashed in a few vector operations; a splitmix finaliser spreads the bits.
 """
 
 from __future__ import annotations
@@ -20,45 +27,140 @@ import numpy as np
 
 from fakcore.screening.normalize import reveal
 
-DIM = 1 << 18  # hashed feature space
-NGRAMS = (3, 4, 5)
-WINDOW = 320  # bytes per window
-_MULT = np.uint64(1000003)
-_MASK = np.uint64(0xFFFFFFFF)
-_SALT = {n: np.uint64(0x9E3779B1 * n) for n in NGRAMS}
+FEATURES = "chars2-5+words1-2/v2"  # what `windows` computes; a weights file names the features it was trained on
+_BITS = 19
+DIM = 1 << _BITS  # hashed feature space
+CHAR_NGRAMS = (2, 3, 4, 5)
+WINDOW = 320  # units per window (a CJK character is 3 units, anything else 1)
+CJK = 0x2E80  # code points from here (CJK, kana, hangul, fullwidth forms) count 3 units
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "data" / "screening" / "ngram-lr.npz"
 
-
-def _hashes(b: np.ndarray, n: int) -> np.ndarray:
-    """Hash of every n-byte substring of `b` (uint64 in [0, DIM))."""
-    m = len(b) - n + 1
-    if m <= 0:
-        return np.zeros(0, np.uint64)
-    h = np.zeros(m, np.uint64)
-    for k in range(n):
-        h = (h * _MULT + b[k:k + m]) & _MASK
-    h ^= _SALT[n]
-    h = (h * np.uint64(2654435761)) & _MASK
-    return h % np.uint64(DIM)
+_P = np.uint64(0x100000001B3)  # odd, so invertible mod 2^64
+_P_INV = np.uint64(pow(0x100000001B3, -1, 1 << 64))
+_SALT = {k: np.uint64((0x9E3779B97F4A7C15 * (i + 1)) & (2**64 - 1)) for i, k in enumerate(("c2", "c3", "c4", "c5", "w1", "w2"))}
+# dropped before featurising: zero-width and joiner characters, bidi controls, soft hyphen, BOM
+_FORMAT = np.array([0x00AD, 0x180E, *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2065),
+                    *range(0x2066, 0x206A), 0xFEFF], np.uint32)
+_SPACE = np.array([0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0xA0, 0x3000], np.uint32)
 
 
-def windows(text: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Sparse feature vectors (indices, values) of the text's windows."""
-    raw = reveal(text).all_text().lower().encode("utf-8", "replace")
-    b = np.frombuffer(raw, np.uint8).astype(np.uint64)
-    per_n = {n: _hashes(b, n) for n in NGRAMS}
-    starts = list(range(0, max(1, len(b) - WINDOW // 2), WINDOW // 2)) or [0]
-    out = []
-    for s in starts:
-        e = s + WINDOW
-        idx = np.concatenate([per_n[n][s:max(s, e - n + 1)] for n in NGRAMS])
-        if idx.size == 0:
+def _mix(h: np.ndarray, salt: np.uint64) -> np.ndarray:
+    """splitmix64's finaliser, then the top bits as a feature index in [0, DIM)."""
+    h = h ^ salt
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    h = h ^ (h >> np.uint64(31))
+    return (h >> np.uint64(64 - _BITS)).astype(np.int64)
+
+
+def _lower(s: str) -> str:
+    """Lower case, one character for one (offsets into the text stay valid)."""
+    t = s.lower()
+    return t if len(t) == len(s) else "".join(c.lower()[:1] or c for c in s)
+
+
+@dataclass
+class Segment:
+    """One text's featurisable form: normalised code points and where each came from."""
+
+    cp: np.ndarray  # (n,) uint64 code points after normalisation
+    pos: np.ndarray  # (n,) int64 offset of each in the source text
+    units: np.ndarray  # (n + 1,) int64 cumulative window units before each character
+
+
+def segment(text: str) -> Segment:
+    cp = np.frombuffer(_lower(text).encode("utf-32-le", "surrogatepass"), np.uint32)
+    pos = np.nonzero(~np.isin(cp, _FORMAT))[0]
+    cp = cp[pos]
+    ws = np.isin(cp, _SPACE)
+    keep = ~(ws & np.concatenate([[True], ws[:-1]]))  # one space per run (and none leading)
+    cp, pos = cp[keep].copy(), pos[keep]
+    cp[ws[keep]] = 0x20
+    cp[(cp >= 0x30) & (cp <= 0x39)] = 0x30
+    units = np.concatenate([[0], np.cumsum(np.where(cp >= CJK, 3, 1))])
+    return Segment(cp.astype(np.uint64), pos.astype(np.int64), units)
+
+
+def _prefix(cp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(S, P^k): S[k] = Σ_{j<k} cp[j]·P^-j, so the hash of cp[a:b] is (S[b] - S[a])·P^(b-1)."""
+    n = len(cp)
+    with np.errstate(over="ignore"):
+        inv = np.cumprod(np.concatenate([[np.uint64(1)], np.full(max(n - 1, 0), _P_INV, np.uint64)]))[:n]
+        pw = np.cumprod(np.concatenate([[np.uint64(1)], np.full(n, _P, np.uint64)]))
+        s = np.concatenate([[np.uint64(0)], np.cumsum(cp * inv, dtype=np.uint64)])
+    return s, pw
+
+
+def _substr(s: np.ndarray, pw: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (s[b] - s[a]) * pw[b - 1]
+
+
+def _is_word(cp: np.ndarray) -> np.ndarray:
+    """Letters and digits of alphabetic scripts and hangul; CJK and kana are left to the char n-grams."""
+    return (((cp >= 0x30) & (cp <= 0x39)) | ((cp >= 0x61) & (cp <= 0x7A)) | ((cp >= 0xC0) & (cp < CJK) & (cp != 0xD7) & (cp != 0xF7))
+            | ((cp >= 0xAC00) & (cp <= 0xD7AF)))
+
+
+def _grams(seg: Segment) -> tuple[np.ndarray, np.ndarray]:
+    """(start character, feature index) of every char n-gram and word 1-2-gram of a segment."""
+    n = len(seg.cp)
+    with np.errstate(over="ignore"):
+        s, pw = _prefix(seg.cp)
+        grams = []
+        for g in CHAR_NGRAMS:
+            a = np.arange(0, max(n - g + 1, 0))
+            grams.append((a, _mix(_substr(s, pw, a, a + g), _SALT[f"c{g}"])))
+        edge = np.diff(np.concatenate([[False], _is_word(seg.cp), [False]]).astype(np.int8))
+        ws, we = np.nonzero(edge == 1)[0], np.nonzero(edge == -1)[0]
+        if ws.size:
+            h1 = _substr(s, pw, ws, we)
+            grams.append((ws, _mix(h1, _SALT["w1"])))
+            grams.append((ws[:-1], _mix(h1[:-1] * _P + h1[1:], _SALT["w2"])))
+    return np.concatenate([a for a, _ in grams]), np.concatenate([f for _, f in grams])
+
+
+def featurise(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """The text's windows as one sparse matrix: (window, feature index, value) triples sorted by window,
+    values L2-normalised per window, and each window's (start, end) character offsets in
+    `reveal(text).text`; a window of a decoded layer (it has no place in the text) spans all of it.
+
+    Window j covers units [j·S, j·S + WINDOW), S = WINDOW/2: an n-gram starting at unit u belongs to
+    windows u//S and u//S - 1, so every window is built at once with one sort."""
+    r = reveal(text)
+    wins, feats, spans = [], [], []
+    for k, seg_text in enumerate([r.text, *(t for _, t in r.layers)]):
+        seg = segment(seg_text)
+        n = len(seg.cp)
+        if n < 2:
             continue
-        u, c = np.unique(idx, return_counts=True)
-        v = np.log1p(c.astype(np.float32))
-        v /= np.sqrt((v * v).sum())
-        out.append((u.astype(np.int64), v))
-    return out
+        stride = WINDOW // 2
+        total = int(seg.units[-1])
+        count = max(1, -(-(total - stride) // stride))  # windows starting below total - stride (at least one)
+        at, f = _grams(seg)
+        j = seg.units[at] // stride
+        j2 = np.concatenate([j, j - 1])
+        f2 = np.concatenate([f, f])
+        ok = (j2 >= 0) & (j2 < count)
+        wins.append(j2[ok] + len(spans))
+        feats.append(f2[ok])
+        lo = np.arange(count) * stride
+        c0 = np.minimum(np.searchsorted(seg.units, lo, side="left"), n - 1)
+        c1 = np.maximum(np.minimum(np.searchsorted(seg.units, lo + WINDOW, side="left"), n), c0 + 1)
+        spans += list(zip(seg.pos[c0].tolist(), (seg.pos[c1 - 1] + 1).tolist(), strict=True)) if k == 0 else [(0, len(r.text))] * count
+    if not spans:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), []
+    key, cnt = np.unique((np.concatenate(wins) << _BITS) | np.concatenate(feats), return_counts=True)
+    win, feat = key >> _BITS, key & (DIM - 1)
+    val = np.log1p(cnt.astype(np.float32))
+    norm = np.sqrt(np.bincount(win, weights=val * val, minlength=len(spans))).astype(np.float32)
+    return win, feat, val / norm[win], spans
+
+
+def windows(text: str) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
+    """Each window of the text as (feature indices, values, start, end); windows without features left out."""
+    win, feat, val, spans = featurise(text)
+    cut = np.searchsorted(win, np.arange(len(spans) + 1))
+    return [(feat[a:b], val[a:b], *spans[i]) for i, (a, b) in enumerate(zip(cut[:-1], cut[1:], strict=True)) if b > a]
 
 
 @dataclass
@@ -67,41 +169,44 @@ class NgramModel:
     b: float
     threshold: float  # quarantine at or above (chosen on the training split for a low false-positive rate)
     version: str = ""
+    features: str = FEATURES
+
+    def window_scores(self, text: str) -> list[tuple[float, int, int]]:
+        """(probability, start, end) of each window, start/end character offsets in `reveal(text).text`."""
+        win, feat, val, spans = featurise(text)
+        z = np.bincount(win, weights=self.w[feat] * val, minlength=len(spans)) + self.b
+        p = 1.0 / (1.0 + np.exp(-z))
+        present = np.bincount(win, minlength=len(spans)) > 0
+        return [(float(p[i]), a, e) for i, (a, e) in enumerate(spans) if present[i]]
 
     def score(self, text: str) -> float:
-        best = -np.inf
-        for idx, v in windows(text):
-            best = max(best, float(self.w[idx] @ v))
-        if best == -np.inf:
-            return 0.0
-        return float(1.0 / (1.0 + np.exp(-(best + self.b))))
+        return max((p for p, _, _ in self.window_scores(text)), default=0.0)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(path, w=self.w.astype(np.float16), b=np.float32(self.b), threshold=np.float32(self.threshold),
-                            version=np.array(self.version))
+                            version=np.array(self.version), features=np.array(self.features))
 
     @classmethod
     def load(cls, path: Path | str = DEFAULT_PATH) -> NgramModel:
         with np.load(path) as z:
-            return cls(w=z["w"].astype(np.float32), b=float(z["b"]), threshold=float(z["threshold"]), version=str(z["version"]))
+            features = str(z["features"]) if "features" in z else "bytes3-5/v1"
+            if features != FEATURES or z["w"].shape != (DIM,):
+                raise OSError(f"{path}: weights for features {features!r} {z['w'].shape}, this code computes {FEATURES!r} ({DIM},); "
+                              "retrain with `python -m bench screening --train`")
+            return cls(w=z["w"].astype(np.float32), b=float(z["b"]), threshold=float(z["threshold"]), version=str(z["version"]),
+                       features=features)
 
 
-def train(texts: list[str], labels: list[int], *, epochs: int = 300, l2: float = 1e-6, lr: float = 0.05,
-          seed: int = 0) -> tuple[np.ndarray, float]:
-    """Logistic regression on window features (each text is one window, usually a sentence or snippet);
-    full-batch Adam, classes balanced. Returns (w, b)."""
-    rows, cols, vals = [], [], []
-    for i, t in enumerate(texts):
-        for idx, v in windows(t)[:1]:
-            rows.append(np.full(idx.size, i))
-            cols.append(idx)
-            vals.append(v)
-    r = np.concatenate(rows)
-    c = np.concatenate(cols)
-    x = np.concatenate(vals).astype(np.float64)
+def train(rows: list[tuple[np.ndarray, np.ndarray]], labels: list[int], *, epochs: int = 200, l2: float = 1e-6,
+          lr: float = 0.05) -> tuple[np.ndarray, float]:
+    """Logistic regression on window feature vectors (`windows(...)[i][:2]`); full-batch Adam, classes
+    balanced. Returns (w, b)."""
+    r = np.concatenate([np.full(idx.size, i) for i, (idx, _) in enumerate(rows)])
+    c = np.concatenate([idx for idx, _ in rows])
+    x = np.concatenate([v for _, v in rows]).astype(np.float64)
     y = np.asarray(labels, np.float64)
-    n = len(texts)
+    n = len(rows)
     pos = y.sum()
     weight = np.where(y > 0, 0.5 * n / max(pos, 1), 0.5 * n / max(n - pos, 1))
     w = np.zeros(DIM)
