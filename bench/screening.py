@@ -6,30 +6,49 @@
     python -m bench screening --gateway N     also: N chat requests carrying a tool result through a real
                                               topology, adjudication on vs off (added latency per request)
     python -m bench screening --dump FILE     write the labeled corpus as JSON lines
+    python -m bench screening --write         also put the report into bench/RESULTS.md
 
-Quality is measured on the held-out split: whole attack templates and hard-negative sentences that the
-model stage never saw in training (the inline rules were written by hand alongside the corpus, so their
-numbers on it are optimistic; the held-out split and an independent benchmark are the honest ones).
-Printed: true-positive rate at 1% false-positive rate (ROC over the score), the TPR/FPR at the configured
-thresholds, latency p50/p99 per tool result of the inline stage, the model stage, and both.
+Quality is measured on the held-out split: whole templates (attack and hard-negative) that the model stage
+never saw in training, in eleven languages (the inline rules were written by hand alongside the corpus,
+so their numbers on it are optimistic; the held-out split and an independent benchmark are the honest
+ones). Printed, for the inline rules, the model stage and the Screener (both): TPR and FPR at the
+configured thresholds, TPR at 1% FPR (the model's threshold moved until 1% of the held-out negatives
+pass it; for the Screener with the inline rules at theirs), by language, carrier, style and form with 95%
+Wilson intervals; FPR on all negatives and on hard negatives; latency p50/p99 per tool result by length
+(up to 512, 1k, 4k characters) of inline, model and both, on the CPU named in the output.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import statistics
 import sys
 import time
+from collections import defaultdict
 
 import numpy as np
 
 from bench import screening_corpus as corpus
 
+ENCODED = {"unicode_tags", "base64", "hex"}  # forms whose visible text is no sentence (the decoded layer is)
+
 
 def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion k/n."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return c - h, c + h
 
 
 def tpr_at_fpr(scores: list[float], labels: list[int], fpr: float = 0.01) -> tuple[float, float]:
@@ -42,100 +61,270 @@ def tpr_at_fpr(scores: list[float], labels: list[int], fpr: float = 0.01) -> tup
     return float((s[y == 1] >= thr).mean()), float(thr)
 
 
-def _chunks(text: str, size: int = 300) -> list[str]:
-    return [text[i:i + size] for i in range(0, max(1, len(text)), size // 2)] or [text]
+# ---------------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------------
+
+def _locate(text: str, piece: str) -> tuple[int, int] | None:
+    """Where a piece sits in the revealed text (probes from its start, middle and end: YAML folds lines)."""
+    n = len(piece)
+    for at in (0, max(0, n // 2 - 12), max(0, n - 24)):
+        probe = piece[at:at + 24]
+        if len(probe) >= 8 and (i := text.find(probe)) >= 0:
+            return max(0, i - at), i - at + n
+    return None
 
 
-def _windows_of(examples: list) -> tuple[list[str], list[int]]:
-    """Training windows: each injected span (positive); chunks of clean outputs and hard-negative spans."""
-    texts, labels = [], []
+def training_windows(examples: list) -> tuple[list, list[int]]:
+    """Window feature vectors and labels. Positive: each injected piece on its own (its decoded layer for an
+    encoded form), the goal alone (a bare instruction is an injection too), and every window of the tool result that holds at least half of a piece (or 80 chars of
+    it). Negative: every window of clean and hard-negative results, each hard-negative piece on its own,
+    and the windows of injected results that hold none of the injection."""
+    from fakcore.screening.model import windows
+    from fakcore.screening.normalize import reveal
+
+    rows, labels = [], []
     for e in examples:
-        if e.label:
-            texts.append(e.span)
-            labels.append(1)
-        else:
-            for c in _chunks(e.text):
-                texts.append(c)
-                labels.append(0)
-            if e.span:
-                texts.append(e.span)
-                labels.append(0)
-    return texts, labels
+        pieces = e.span.split("\n") if e.form == "split" else [e.span] if e.span else []
+        for p in pieces + ([e.goal] if e.goal else []):
+            ws = windows(p)
+            if e.label and e.form in ENCODED:
+                ws = [w for w in ws if w[4] > 0] or ws  # the decoded layer's windows
+            rows += [w[:2] for w in ws]
+            labels += [e.label] * len(ws)
+        ws = windows(e.text)
+        if not e.label:
+            rows += [w[:2] for w in ws]
+            labels += [0] * len(ws)
+            continue
+        if e.form in ENCODED:  # the decoded layer is the injection; the visible text holds an opaque blob
+            rows += [w[:2] for w in ws if w[4] > 0]
+            labels += [1] * sum(w[4] > 0 for w in ws)
+            continue
+        text = reveal(e.text).text
+        where = [_locate(text, reveal(p).text) for p in pieces]
+        if None in where:
+            continue
+        need = min(0.5 * min(z - a for a, z in where), 80)
+        for idx, v, a, b, seg in ws:
+            if seg:
+                continue  # a decoded layer of the whole text (ROT13): where the injection is in it is unknown
+            overlap = max(min(b, z) - max(a, s0) for s0, z in where)
+            if overlap >= need or overlap <= 0:
+                rows.append((idx, v))
+                labels.append(int(overlap > 0))
+    return rows, labels
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real text: the installed packages' documentation
+# ---------------------------------------------------------------------------------------------------------
+# fak's corpus is synthetic; the documentation of the packages installed beside fak (the npm clients' READMEs,
+# the venv's Markdown files: pinned by clients/package-lock.json and the pins of pyproject.toml) is real
+# prose, code and configuration written by others, with its imperatives ("run this", "use this when"), and
+# no injection. Half of its files (by a hash of the path) calibrate the model's threshold, the other half
+# measure the false-positive rate: a check of precision on text nobody wrote for fak.
+DOC_GLOBS = ("clients/node_modules/**/README.md", ".venv/lib/python3*/site-packages/**/*.md")
+DOC_THRESHOLD_FPR = 0.0025  # of calibration paragraphs the shipped model threshold lets through at most
+
+
+def real_documents(half: str) -> list[str]:
+    """Paragraphs (200-2000 characters) of the installed packages' Markdown, from the `half` ("calibrate"
+    or "measure") of the files a hash of their path assigns it; deterministic for the same installs."""
+    import glob
+    import hashlib
+
+    paras = []
+    for pattern in DOC_GLOBS:
+        for path in sorted(glob.glob(pattern, recursive=True)):
+            side = "calibrate" if hashlib.sha1(path.encode()).digest()[0] % 2 == 0 else "measure"
+            if side != half:
+                continue
+            try:
+                text = open(path, encoding="utf-8", errors="ignore").read()
+            except OSError:
+                continue
+            paras += [p for p in re.split(r"\n\s*\n", text) if 200 <= len(p) <= 2000]
+    return paras
+
+
+def calibrated_threshold(model, floor: float) -> float:
+    """The model's threshold: `floor` (from fak's validation split) unless the calibration half of the real
+    documents needs a stricter one to keep DOC_THRESHOLD_FPR of them below it."""
+    docs = real_documents("calibrate")
+    if not docs:
+        raise SystemExit("no package documentation found to calibrate on: run `make test-deps` first")
+    scores = np.array([model.score(p) for p in docs])
+    threshold = float(max(floor, np.quantile(scores, 1 - DOC_THRESHOLD_FPR)))
+    print(f"calibration on {len(docs)} documentation paragraphs: threshold {threshold:.4f} "
+          f"({(scores >= threshold).mean() * 100:.2f}% of them at or above)")
+    return threshold
+
+
+def calibrate(path: str) -> None:
+    """Set the shipped model's threshold from the real documents (`--calibrate`), keeping its weights."""
+    from pathlib import Path
+
+    from fakcore.screening.model import NgramModel
+
+    model = NgramModel.load(path)
+    model.threshold = calibrated_threshold(model, model.threshold)
+    model.save(Path(path))
 
 
 def train_model(out: str) -> None:
-    """Fit on 75% of the training split's families, check the threshold on the other 25% (at least 0.5,
-    stricter if their clean outputs need it for 0.5% FPR), refit on the whole training split. The test
-    split is never looked at."""
+    """Fit on 75% of the training split's families, choose the threshold on the other 25% (at least 0.5,
+    stricter if their negatives need it for 1% FPR), refit on the whole training split. The test split is
+    never looked at."""
     from pathlib import Path
 
-    from fakcore.screening.model import NgramModel, train, windows
+    from fakcore.screening.model import NgramModel, train
 
     tr, _ = corpus.split(corpus.build())
     fit, val = corpus.split(tr, holdout=0.25, seed=5)
     t0 = time.perf_counter()
-    texts, labels = _windows_of(fit)
-    w, b = train([windows(t)[0][:2] if windows(t) else (np.zeros(0, np.int64), np.zeros(0, np.float32)) for t in texts], labels)
+    w, b = train(*training_windows(fit))
     probe = NgramModel(w=w, b=b, threshold=0.5)
     neg = np.array([probe.score(e.text) for e in val if not e.label])
     pos = np.array([probe.score(e.text) for e in val if e.label])
-    # The class-balanced boundary (0.5) unless validation needs a stricter one: fak's clean corpus is
-    # synthetic and narrower than real tool output, so a threshold below 0.5 fitted on it does not transfer.
-    threshold = float(max(0.5, np.quantile(neg, 0.995)))
+    # The class-balanced boundary (0.5) unless validation needs a stricter one (1% of its negatives at or
+    # above): fak's corpus is synthetic and narrower than real tool output, so a threshold below 0.5
+    # fitted on it does not transfer.
+    threshold = float(max(0.5, np.quantile(neg, 0.99)))
     print(f"validation ({len(val)} outputs, unseen families): threshold {threshold:.3f} -> "
           f"TPR {(pos >= threshold).mean() * 100:.2f}%  FPR {(neg >= threshold).mean() * 100:.2f}%")
-    texts, labels = _windows_of(tr)
-    w, b = train([windows(t)[0][:2] if windows(t) else (np.zeros(0, np.int64), np.zeros(0, np.float32)) for t in texts], labels)
-    model = NgramModel(w=w, b=b, threshold=threshold, version=f"ngram-lr corpus-seed7 train-split n={len(texts)}")
+    rows, labels = training_windows(tr)
+    w, b = train(rows, labels)
+    model = NgramModel(w=w, b=b, threshold=threshold, version=f"ngram-lr corpus-seed7 train-split windows={len(rows)}")
+    model.threshold = calibrated_threshold(model, threshold)
     model.save(Path(out))
-    print(f"trained on {len(texts)} windows ({sum(labels)} injected) in {time.perf_counter() - t0:.1f}s; "
+    print(f"trained on {len(rows)} windows ({sum(labels)} injected) in {time.perf_counter() - t0:.1f}s; "
           f"threshold {model.threshold:.3f}; wrote {out} ({os.path.getsize(out) / 1e6:.2f} MB)")
 
 
-def quality_and_latency() -> None:
+# ---------------------------------------------------------------------------------------------------------
+# Quality and latency
+# ---------------------------------------------------------------------------------------------------------
+
+def _rate(hits: np.ndarray) -> str:
+    k, n = int(hits.sum()), len(hits)
+    if n == 0:
+        return f"{'-':>22s}"
+    lo, hi = wilson(k, n)
+    return f"{k / n * 100:6.1f}% [{lo * 100:5.1f}, {hi * 100:5.1f}]"
+
+
+def _latency_texts(test: list, rng: np.random.Generator) -> dict[str, list[str]]:
+    """Held-out outputs joined and cut to lengths in each bucket (the corpus's own are mostly < 2k)."""
+    pool = [e.text for e in test]
+    buckets = {"<=512": (64, 512), "<=1k": (513, 1024), "<=4k": (1025, 4096)}
+    out = {}
+    for name, (lo, hi) in buckets.items():
+        texts = []
+        for _ in range(150):
+            n = int(rng.integers(lo, hi + 1))
+            t = ""
+            while len(t) < n:
+                t += pool[int(rng.integers(len(pool)))] + "\n"
+            texts.append(t[:n])
+        out[name] = texts
+    return out
+
+
+def quality_and_latency(write: bool = False) -> None:
+    from bench.engine import machine
     from fakcore.screening import Screener
     from fakcore.screening.inline import screen as inline_screen
 
-    examples = corpus.build()
-    _, test = corpus.split(examples)
+    _, test = corpus.split(corpus.build())
     screener = Screener()
-    for e in test[:50]:  # warm-up (regex compilation, numpy)
-        screener.screen(e.text)
-    t_inline, t_model, t_both = [], [], []
-    s_inline, s_model, s_both, labels, verdicts = [], [], [], [], []
+    lines: list[str] = []
+    say = lines.append
+    s_inline, s_model, v_inline, v_both = [], [], [], []
     for e in test:
-        t0 = time.perf_counter()
         r = inline_screen(e.text)
-        t1 = time.perf_counter()
-        m = screener.model.score(e.text) if screener.model else 0.0
-        t2 = time.perf_counter()
-        v = screener.screen(e.text)
-        t3 = time.perf_counter()
-        t_inline.append((t1 - t0) * 1e3)
-        t_model.append((t2 - t1) * 1e3)
-        t_both.append((t3 - t2) * 1e3)
         s_inline.append(r.score)
-        s_model.append(m)
-        s_both.append(max(r.score, m))
-        labels.append(e.label)
-        verdicts.append(v.quarantine)
-    y = np.asarray(labels)
-    pos, neg = int(y.sum()), int((1 - y).sum())
-    hard = sum(1 for e in test if e.family.startswith("hard/"))
-    print(f"held-out corpus: {len(test)} tool results ({pos} injected, {neg} clean of which {hard} hard negatives), "
-          f"{len({e.family for e in test if e.label})} attack templates unseen in training")
-    for name, s in (("inline", s_inline), ("model", s_model), ("inline+model", s_both)):
-        tpr, thr = tpr_at_fpr(s, labels)
-        print(f"  {name:13s} TPR at 1% FPR: {tpr * 100:6.2f}%   (score threshold {thr:.3f})")
-    v = np.asarray(verdicts)
-    print(f"  configured thresholds (inline {screener.inline_threshold}, model {screener.model_threshold:.3f}): "
-          f"TPR {v[y == 1].mean() * 100:.2f}%  FPR {v[y == 0].mean() * 100:.2f}%")
-    for name, ts in (("inline", t_inline), ("model", t_model), ("both", t_both)):
-        print(f"  latency {name:7s} p50 {_pct(ts, 50):.3f} ms   p99 {_pct(ts, 99):.3f} ms   max {max(ts):.3f} ms")
-    missed = sorted({e.family for e, vv in zip(test, verdicts, strict=True) if e.label and not vv})
-    flagged = sorted({e.family for e, vv in zip(test, verdicts, strict=True) if not e.label and vv})
-    print(f"  missed templates: {', '.join(missed) or '-'}")
-    print(f"  flagged clean families: {', '.join(flagged) or '-'}")
+        s_model.append(screener.model.score(e.text) if screener.model else 0.0)
+        v_both.append(screener.screen(e.text).quarantine)
+    s_inline, s_model = np.asarray(s_inline), np.asarray(s_model)
+    v_inline = s_inline >= screener.inline_threshold
+    v_model = s_model >= screener.model_threshold
+    v_both = np.asarray(v_both)
+    y = np.asarray([e.label for e in test])
+    hard = np.asarray([e.kind == "hard" for e in test])
+    langs_inj = sorted({e.language for e in test if e.label})
+    say(f"held-out split: {len(test)} tool results ({int(y.sum())} injected in {len(langs_inj)} languages, {int((y == 0).sum())} clean "
+        f"of which {int(hard.sum())} hard negatives); {len({e.family for e in test if e.label})} attack and "
+        f"{len({e.family for e in test if e.kind == 'hard'})} hard-negative templates unseen in training")
+    say(f"machine: {machine()}; model {screener.model.version if screener.model else 'absent'}")
+    # 1% FPR: the model's threshold moved; the Screener keeps the inline rules at theirs and moves the model's
+    tpr_m, thr_m = tpr_at_fpr(list(s_model), list(y))
+    allowed = int(np.floor(0.01 * (y == 0).sum())) - int((v_inline & (y == 0)).sum())
+    neg_model = np.sort(s_model[(y == 0) & ~v_inline])[::-1]
+    thr_b = float(np.nextafter(neg_model[allowed], np.inf)) if 0 <= allowed < len(neg_model) else (np.inf if allowed < 0 else -np.inf)
+    v_both_1 = v_inline | (s_model >= thr_b)
+    v_model_1 = s_model >= thr_m
+    say("")
+    say(f"{'stage':34s} {'TPR':>22s} {'FPR all':>8s} {'FPR hard':>9s}")
+    rows = [(f"inline (>= {screener.inline_threshold})", v_inline), (f"model (>= {screener.model_threshold:.3f}, shipped)", v_model),
+            ("Screener (both, configured)", v_both), (f"model at 1% FPR (>= {thr_m:.3f})", v_model_1),
+            (f"Screener at 1% FPR (model >= {thr_b:.3f})", v_both_1)]
+    for name, v in rows:
+        say(f"{name:34s} {_rate(v[y == 1])} {v[y == 0].mean() * 100:7.2f}% {v[hard].mean() * 100:8.2f}%")
+    groups = {"language": lambda e: e.language, "carrier": lambda e: e.carrier, "style": lambda e: e.style,
+              "form": lambda e: e.form, "render": lambda e: e.render}
+    for gname, key in groups.items():
+        say("")
+        say(f"by {gname:10s} {'n':>5s}  {'Screener, configured':>22s}  {'model at 1% FPR':>22s}  {'Screener at 1% FPR':>22s}  "
+            f"{'FPR (n neg)':>12s}")
+        by = defaultdict(list)
+        for i, e in enumerate(test):
+            by[key(e)].append(i)
+        for g in sorted(by, key=lambda g: (-sum(y[i] for i in by[g]), g)):
+            ix = np.asarray(by[g])
+            pos, neg = ix[y[ix] == 1], ix[y[ix] == 0]
+            if len(pos) == 0 and gname in ("style", "form"):
+                continue
+            fpr = f"{v_both[neg].mean() * 100:5.2f}% ({len(neg)})" if len(neg) else "-"
+            say(f"   {g:14s} {len(pos):5d}  {_rate(v_both[pos])}  {_rate(v_model_1[pos])}  {_rate(v_both_1[pos])}  {fpr:>12s}")
+    # latency by length
+    lat = _latency_texts(test, np.random.default_rng(0))
+    for t in lat["<=512"][:30]:
+        screener.screen(t)  # warm-up (regex compilation, numpy)
+    say("")
+    say(f"latency per tool result, ms (p50 / p99), {machine()}")
+    for name, texts in lat.items():
+        ts: dict[str, list[float]] = {"inline": [], "model": [], "both": []}
+        for t in texts:
+            t0 = time.perf_counter()
+            inline_screen(t)
+            t1 = time.perf_counter()
+            if screener.model:
+                screener.model.score(t)
+            t2 = time.perf_counter()
+            screener.screen(t)
+            t3 = time.perf_counter()
+            ts["inline"].append((t1 - t0) * 1e3)
+            ts["model"].append((t2 - t1) * 1e3)
+            ts["both"].append((t3 - t2) * 1e3)
+        say(f"   {name:6s} " + "   ".join(f"{k} {_pct(v, 50):6.2f} / {_pct(v, 99):6.2f}" for k, v in ts.items()))
+    missed = defaultdict(int)
+    flagged = defaultdict(int)
+    for e, v in zip(test, v_both, strict=True):
+        if e.label and not v:
+            missed[e.family] += 1
+        if not e.label and v:
+            flagged[e.family] += 1
+    say("")
+    say("most missed templates (Screener, configured): " + ", ".join(f"{f} ({n})" for f, n in sorted(missed.items(), key=lambda x: -x[1])[:15]))
+    say("flagged negative templates (Screener, configured): " + ", ".join(f"{f} ({n})" for f, n in sorted(flagged.items(), key=lambda x: -x[1])[:15]))
+    text = "\n".join(lines)
+    print(text)
+    if write:
+        from bench.results import write_section
+
+        path = write_section("# Screening benchmark results", "Written by `python -m bench screening --write`.\n\n```\n" + text + "\n```")
+        print(f"wrote {path}")
 
 
 def gateway_overhead(n: int) -> None:
@@ -188,19 +377,40 @@ def gateway_overhead(n: int) -> None:
         print(f"  added ({name}): p50 {statistics.median(results[name]) - statistics.median(results['off']):+.2f} ms")
 
 
+def documents_fpr() -> None:
+    """False positives on the measuring half of the real documents, by stage."""
+    from fakcore.screening import Screener
+    from fakcore.screening.inline import screen as inline_screen
+
+    docs = real_documents("measure")
+    screener = Screener()
+    inline = sum(inline_screen(p).score >= screener.inline_threshold for p in docs)
+    model = sum(screener.model_stage(p).quarantine for p in docs)
+    both = sum(screener.screen(p).quarantine for p in docs)
+    n = max(1, len(docs))
+    print(f"real documentation ({len(docs)} paragraphs of installed packages' Markdown, never trained or calibrated on): "
+          f"flagged inline {inline} ({inline / n * 100:.2f}%), model {model} ({model / n * 100:.2f}%), "
+          f"both {both} ({both / n * 100:.2f}%)")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench screening")
     ap.add_argument("--train", action="store_true", help="retrain the model stage and write its weights")
     ap.add_argument("--out", default="libs/fakcore/data/screening/ngram-lr.npz")
     ap.add_argument("--gateway", type=int, default=0, metavar="N", help="also measure the gateway with N requests")
     ap.add_argument("--dump", metavar="FILE", help="write the labeled corpus as JSON lines and exit")
+    ap.add_argument("--write", action="store_true", help="also put the quality and latency report into bench/RESULTS.md")
+    ap.add_argument("--calibrate", action="store_true", help="reset the shipped model's threshold on real documentation")
     args = ap.parse_args(argv)
     if args.dump:
         corpus.dump(args.dump, corpus.build())
         return 0
     if args.train:
         train_model(args.out)
-    quality_and_latency()
+    elif args.calibrate:
+        calibrate(args.out)
+    quality_and_latency(args.write)
+    documents_fpr()
     if args.gateway:
         gateway_overhead(args.gateway)
     return 0

@@ -32,6 +32,7 @@ Stage = Literal["", "policy", "inline", "model", "cache"]
 ContentKind = Literal["tool_result", "tool_description"]  # what a screened text is (an MCP tool's description: tool poisoning)
 AuditKind = Literal["call", "result"]
 Outcome = Literal["allow", "deny", "clean", "quarantine"]
+Replace = Literal["whole", "spans"]  # how a quarantine is applied: the whole tool result, or only its offending spans
 EvictMode = Literal["exact", "shift"]
 EvictCause = Literal["verdict", "release", "command"]
 EvictCheck = Literal["fresh-prefill", "structure"]
@@ -277,6 +278,19 @@ class AdjudicateResult(Message, kw_only=True):
     session: str = ""
     key_id: str = ""
     kind: ContentKind = "tool_result"
+    # the gateway already holds a quarantine of this block and asks again because this key's screening section
+    # may judge it otherwise (an allowlist, flag mode, its own thresholds): a quarantine is not published again
+    quarantined: bool = False
+
+
+class TextSpan(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Characters [start, end) of a screened text (Python string offsets, i.e. code points) that screening
+    found offending. Not a KV span (`Span` is token positions in a cache)."""
+
+    start: int
+    end: int
+    detector: str = ""  # the rule (or "model:…") that found it; "" = the verdict's detector
+    reason: str = ""
 
 
 class ResultVerdict(Message, kw_only=True):
@@ -287,6 +301,13 @@ class ResultVerdict(Message, kw_only=True):
     reason: str = ""
     stage: Stage = ""  # which screening stage decided (model: async, a later QuarantineVerdict may follow)
     sig: bytes = b""  # HMAC-SHA256 by its sender (encode_signed); checked where a key is configured
+    spans: list[TextSpan] = []  # where in the content screening found it (a quarantine, or a flagged clean)
+    replace: Replace = "whole"  # the key's policy: a quarantine replaces the whole result, or only `spans`
+    # the key's screening section shaped this verdict: "screening.allow.tools.<glob>", "screening.allow.blocks",
+    # "screening.mode" (flag), "screening.inline_threshold"… A gateway keeps such a clean verdict for that
+    # policy only (or not at all), never for every key.
+    rule: str = ""
+    flagged: bool = False  # flag mode: screening would have quarantined (detector, score, spans say why); it passes
 
 
 AdjudicatorReply = CallVerdict | ResultVerdict | GenerateError
@@ -304,6 +325,7 @@ class QuarantineVerdict(Message, kw_only=True):
     ts: float = 0.0
     stage: Stage = ""  # "model" after an async second opinion: a late quarantine
     sig: bytes = b""  # HMAC-SHA256 by its sender (encode_signed); checked where a key is configured
+    spans: list[TextSpan] = []  # the offending characters (a gateway whose key's policy says `spans` removes only these)
 
 
 class AuditRecord(Message, kw_only=True):
@@ -320,14 +342,20 @@ class AuditRecord(Message, kw_only=True):
     tool: str = ""
     block: str = ""  # result: the tool result's block id
     arguments: str = ""  # call: the arguments as the model wrote them (truncated)
-    rule: str = ""  # call: the policy rule that decided
-    detector: str = ""  # result: the detector that decided
+    rule: str = ""  # call: the policy rule that decided; result: the screening rule that shaped it (ResultVerdict.rule)
+    detector: str = ""  # result: the detector that decided ("allowlist" when the policy exempts the result)
     score: float = 0.0
     reason: str = ""
     stage: Stage = ""
     latency_ms: float = 0.0
     source: str = ""  # the instance that decided
     ts: float = 0.0
+    spans: list[TextSpan] = []  # result: the offending characters of the tool result
+    window: str = ""  # result: the text around the first span (at most WINDOW_CHARS), what an operator reads first
+    flagged: bool = False  # result, flag mode: `outcome` is what screening found; the content passed, nothing was published
+
+
+WINDOW_CHARS = 300  # AuditRecord.window's longest
 
 
 # ---------------------------------------------------------------------------------------------------------

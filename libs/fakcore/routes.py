@@ -1,6 +1,6 @@
 """Routing: which backend serves a model id — the in-kernel engine (over NATS) or an upstream (over HTTP).
 
-    fak up --base-url URL [--upstream-wire openai|anthropic]     one upstream for every model not served here
+    fak up --base-url URL [--upstream-wire openai|anthropic|responses|gemini]   one upstream for every model not served here
     fak up --routes routes.yaml  (FAK_ROUTES)                      many; the first matching route wins
 
 A routes file:
@@ -8,7 +8,7 @@ A routes file:
     upstreams:
       local:                          # a name, used by routes and in /healthz ("upstream:local")
         url: http://127.0.0.1:11434/v1  # the upstream's base URL (its API paths are appended: /chat/completions)
-        wire: openai                  # openai | anthropic: what the upstream speaks
+        wire: openai                  # openai | anthropic | responses | gemini: what the upstream speaks
         auth: client                  # client: the agent's own key goes through; key: fak sends api_key_env's
         api_key_env: LOCAL_API_KEY    # (auth: key) the environment variable holding the key
         timeout_s: 600                # the longest an upstream response may take (504 after it)
@@ -35,7 +35,8 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-WIRES = ("openai", "anthropic", "responses")  # responses: the OpenAI Responses API (/v1/responses)
+# responses: the OpenAI Responses API (/v1/responses); gemini: Google's Gemini API (the URL ends in /v1beta)
+WIRES = ("openai", "anthropic", "responses", "gemini")
 DEFAULT_UPSTREAM = "default"  # the name of the --base-url upstream
 
 
@@ -45,7 +46,7 @@ class RoutesError(ValueError):
 
 class UpstreamSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     url: str
-    wire: Literal["openai", "anthropic", "responses"] = "openai"
+    wire: Literal["openai", "anthropic", "responses", "gemini"] = "openai"
     auth: Literal["client", "key"] = "client"
     api_key_env: str = ""
     timeout_s: float = 600.0

@@ -81,7 +81,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     responses_max_bytes: Annotated[str, _doc("The response store's size limit (JetStream KV bucket); when full the oldest responses go first.")] = "1GiB"
     audit_buffer: Annotated[int, _doc("Audit records (verdicts, eviction receipts) a gateway keeps in memory for /v1/fak/audit; older ones stay in JetStream.")] = 20000
     base_url: Annotated[str, _doc("Upstream mode: the API every model not served in-kernel goes to (e.g. http://127.0.0.1:11434/v1 for an OpenAI-compatible server, https://… for Anthropic's), with the client's own key. `fak up` then starts no engine worker unless `models` names in-kernel ones.")] = ""
-    upstream_wire: Annotated[Literal["openai", "anthropic", "responses"], _doc("What `base_url` speaks: `openai` (chat completions; the URL ends in its version, /v1), `responses` (OpenAI's Responses API, /v1/responses; the URL ends in /v1) or `anthropic` (messages; the URL without /v1).")] = "openai"
+    upstream_wire: Annotated[Literal["openai", "anthropic", "responses", "gemini"], _doc("What `base_url` speaks: `openai` (chat completions; the URL ends in its version, /v1), `responses` (OpenAI's Responses API, /v1/responses; the URL ends in /v1), `anthropic` (messages; the URL without /v1) or `gemini` (Google's Gemini API; the URL ends in /v1beta).")] = "openai"
     routes: Annotated[str, _doc("A routes file (YAML): model ids, globs and aliases mapped to the in-kernel engine or to named upstreams (url, wire, auth, key variable, timeout). See libs/fakcore/routes.py.")] = ""
     mcp: Annotated[str, _doc("An MCP servers file (YAML): upstream MCP servers (streamable-HTTP URLs, stdio commands the gateway launches and restarts) fronted at /mcp: tools listed under `<server>__<tool>` unless denied by policy or poisoned, calls adjudicated, results screened. See libs/fakcore/mcp_config.py. Empty: no /mcp.")] = ""
 
@@ -103,7 +103,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     hold_timeout_s: Annotated[float, _doc("Verdict barrier: how long a held request waits for its Release before it fails (504).")] = 30.0
 
     # -- the adjudicator -------------------------------------------------------------------------------
-    policy: Annotated[str, _doc("Policy for tool-call adjudication: a YAML file, or a folder with default.yaml and one <key id>.yaml per API key. Empty: the built-in policy (deploy/policies/default.yaml).")] = ""
+    policy: Annotated[str, _doc("Policy: tool-call rules and each key's screening settings (thresholds, allowlist, flag mode, span quarantine); a YAML file, or a folder with default.yaml and one <key id>.yaml per API key. Read by the adjudicator, and by the gateway for /mcp's listing and for how a key's quarantines are applied. Empty: the built-in policy (deploy/policies/default.yaml).")] = ""
     policy_reload_s: Annotated[float, _doc("How often the adjudicator checks the policy files for changes (hot reload; a bad file keeps the old policy). 0: never.")] = 2.0
     screen_threshold: Annotated[float, _doc("Inline screening: a tool result scoring at or above this is quarantined. 0.4: any rule (borderline ones score 0.45); 0.5: a strong rule or two borderline ones.")] = 0.4
     screen_model: Annotated[Literal["sync", "async", "off"], _doc("Model-stage screening: `sync` (before the verdict), `async` (after it: a late quarantine, enforced by eviction) or `off`.")] = "sync"

@@ -1,8 +1,11 @@
 """What the adjudicator does with each request, bus-free: a handler per message type, and what it needs.
 
     AdjudicateCall   -> policy (per API key) + rate limits            -> CallVerdict, the reply
-    AdjudicateResult -> inline screen [+ model stage if sync]          -> ResultVerdict, the reply
-                        quarantine: published before the reply (the fan-out never misses one)
+    AdjudicateResult -> the key's `screening:` (allowlist, thresholds, mode, quarantine: whole|spans)
+                        inline screen [+ model stage if sync]          -> ResultVerdict, the reply
+                        quarantine: published before the reply (the fan-out never misses one), unless
+                        the gateway said it holds one already (`quarantined`: asked again for this key)
+                        flagged (mode: flag): audited, never published
                         async model stage after a clean inline verdict -> a late QuarantineVerdict
     every verdict    -> an audit record, after the reply
 
@@ -70,14 +73,15 @@ async def on_call(deps: Deps, req: AdjudicateCall, respond: Respond) -> None:
 async def on_result(deps: Deps, req: AdjudicateResult, respond: Respond) -> None:
     t0 = time.perf_counter()
     mode, m = deps.settings.screen_model, deps.metrics
-    verdict = handlers.screen_result(deps.screener, req, with_model=mode == "sync")
+    policy = deps.store.current.for_key(req.key_id).screening
+    verdict = handlers.screen_result(deps.screener, req, with_model=mode == "sync", policy=policy)
     m.screen.labels("inline+model" if mode == "sync" else "inline").observe(time.perf_counter() - t0)
-    m.verdicts.labels("result", verdict.verdict, "", verdict.detector or "none").inc()
-    if verdict.verdict == "quarantine":
+    m.verdicts.labels("result", "flag" if verdict.flagged else verdict.verdict, verdict.rule, verdict.detector or "none").inc()
+    if verdict.verdict == "quarantine" and not req.quarantined:
         await publish_quarantine(deps, req, verdict)  # before the reply: the fan-out never misses one
     await respond(verdict)
     record = handlers.audit_result(req, verdict, time.perf_counter() - t0, deps.instance)
-    if verdict.verdict == "clean" and mode == "async" and deps.screener.model is not None:
+    if handlers.needs_second_opinion(verdict) and mode == "async" and deps.screener.model is not None:
         task = asyncio.create_task(late_model_stage(deps, req))
         deps.background.add(task)
         task.add_done_callback(deps.background.discard)
@@ -92,15 +96,19 @@ HANDLERS: dict[type, Callable[[Deps, Any, Respond], Awaitable[None]]] = {
 
 
 async def late_model_stage(deps: Deps, req: AdjudicateResult) -> None:
-    """The model stage after a clean inline verdict (async mode): a quarantine arrives late, enforced by eviction."""
+    """The model stage after a clean inline verdict (async mode): a quarantine arrives late, enforced by eviction
+    (of the whole block from KV caches, also under `quarantine: spans`: the next request brings the redacted
+    text). Flag mode: audited only. The key's policy is read again: it may have been reloaded meanwhile."""
     t0 = time.perf_counter()
-    v = await asyncio.to_thread(handlers.second_opinion, deps.screener, req)
+    policy = deps.store.current.for_key(req.key_id).screening
+    v = await asyncio.to_thread(handlers.second_opinion, deps.screener, req, policy)
     deps.metrics.screen.labels("model").observe(time.perf_counter() - t0)
     if v is not None:
-        deps.metrics.verdicts.labels("result", "quarantine", "", v.detector).inc()
-        await publish_quarantine(deps, req, v)
+        deps.metrics.verdicts.labels("result", "flag" if v.flagged else "quarantine", v.rule, v.detector).inc()
+        if not v.flagged and not req.quarantined:
+            await publish_quarantine(deps, req, v)
         await audit(deps, handlers.audit_result(req, v, time.perf_counter() - t0, deps.instance))
-        log.info("late quarantine of %s (%s, %.3f)", v.block, v.detector, v.score)
+        log.info("late %s of %s (%s, %.3f)", "flag" if v.flagged else "quarantine", v.block, v.detector, v.score)
 
 
 async def publish_quarantine(deps: Deps, req: AdjudicateResult, v: ResultVerdict) -> None:

@@ -1,7 +1,8 @@
 """adjudicator: answer `adjudicate.call` / `adjudicate.result` (queue group), publish quarantine verdicts.
 
     call   -> policy (per API key, hot-reloaded) + rate limits  -> CallVerdict
-    result -> inline screen [+ model stage if sync]             -> ResultVerdict
+    result -> the key's screening section (allowlist, thresholds, flag | quarantine, whole | spans)
+              inline screen [+ model stage if sync]             -> ResultVerdict
               quarantine                                         -> JetStream fak.v1.verdict.quarantine, once
               async model stage after a clean inline verdict     -> a late QuarantineVerdict
     every verdict                                                -> JetStream fak.v1.audit.verdict
@@ -46,7 +47,8 @@ log = logging.getLogger("fak.adjudicator")
 class AdjudicatorMetrics:
     def __init__(self, svc: Service):
         m = svc.metrics
-        self.verdicts = m.counter("adjudicator_verdicts_total", "Verdicts by kind, outcome, rule (calls) and detector (results)",
+        self.verdicts = m.counter("adjudicator_verdicts_total", "Verdicts by kind, outcome (allow, deny, clean, quarantine, flag), "
+                                  "rule (the policy's, or the screening section's) and detector (results)",
                                   ("kind", "outcome", "rule", "detector"))
         self.latency = m.histogram("adjudicator_seconds", "Request to verdict", ("kind",))
         self.screen = m.histogram("adjudicator_screen_seconds", "Screening time of one tool result by stage", ("stage",),

@@ -8,14 +8,17 @@
     POST /v1/messages                  Anthropic messages (+SSE)
     POST /v1/messages/count_tokens     Anthropic token counting
     POST /v1/responses                 OpenAI Responses (+SSE); GET/DELETE /v1/responses/{id}; .../input_tokens
+    POST /v1beta/models/{m}:generateContent   Gemini (:streamGenerateContent SSE or JSON array, :countTokens; also
+                                       under /v1/); GET /v1beta/models, /v1beta/models/{m}
     GET  /v1/fak/audit                 verdicts and eviction receipts, filterable (admin key: all; API key: its own)
     GET  /v1/fak/requests/{id}         a request's context as it left for the engines (admin, or its own tenant)
     GET  /openapi.json                 the published schema (openapi.py)
     POST /mcp                          MCP (streamable HTTP, stateless): the MCP servers of FAK_MCP (mcp_gateway.py)
 
 The handlers live by audience: routes_models.py (OpenAI and Anthropic), routes_responses.py,
-routes_operator.py; what they share (the state, the caller, how a response leaves) in handling.py. This
-module holds /mcp, the error handlers, the request counter and the lifespan that builds the state.
+routes_gemini.py, routes_operator.py; what they share (the state, the caller, how a response leaves) in
+handling.py. This module holds /mcp, the error handlers, the request counter and the lifespan that builds
+the state.
 
 Every chat request runs the one pipeline (pipeline.py): wire decode, route (in-kernel engine or upstream),
 the guard (guard.py: context filter, verdict barrier, tool-call adjudication), the backend, wire encode.
@@ -53,6 +56,8 @@ from fak_gateway.mcp_gateway import Caller, McpGateway
 from fak_gateway.openapi import openapi_json
 from fak_gateway.pipeline import Pipeline
 from fak_gateway.responses_store import ResponseStore
+from fak_gateway.routes_gemini import ROUTE_NAMES as GEMINI_ROUTES
+from fak_gateway.routes_gemini import gemini_get_model, gemini_list_models, gemini_models_action
 from fak_gateway.routes_models import chat_completions, completions, count_tokens, list_models, messages
 from fak_gateway.routes_operator import audit_log, healthz, metrics_endpoint, request_context
 from fak_gateway.routes_responses import delete_response, get_response, response_input_tokens, responses
@@ -87,7 +92,16 @@ async def mcp_endpoint(scope: Any, receive: Any, send: Any) -> None:
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/messages": "messages",
           "/v1/messages/count_tokens": "count_tokens", "/v1/models": "models", "/healthz": "healthz", "/metrics": "metrics",
           "/v1/fak/audit": "audit", "/v1/responses": "responses", "/v1/responses/input_tokens": "responses_input_tokens",
-          "/mcp": "mcp"}
+          "/mcp": "mcp", "/v1beta/models": "gemini_models"}
+
+
+def route_label(path: str) -> str:
+    """The `route` label of a request: its path's name, the method's for Gemini's /models/{m}:{method}."""
+    if path in ROUTES:
+        return ROUTES[path]
+    if path.startswith("/v1beta/models/") or (path.startswith("/v1/models/") and ":" in path):
+        return GEMINI_ROUTES.get(path.rpartition(":")[2], "gemini_models")
+    return "other"
 
 
 def _error_response(request: Request, err: WireError) -> Response:
@@ -140,7 +154,7 @@ class CountRequests(ASGIMiddleware):
     """fak_gateway_requests_total{route,status} for every response, errors included."""
 
     async def handle(self, scope: Any, receive: Any, send: Any, next_app: Any) -> None:
-        route = ROUTES.get(scope.get("path", ""), "other")
+        route = route_label(scope.get("path", ""))
 
         m = scope["app"].state.fak.m
         t0 = time.monotonic()
@@ -202,8 +216,8 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
 
     return Litestar(
         route_handlers=[healthz, metrics_endpoint, list_models, chat_completions, completions, messages, count_tokens,
-                        responses, get_response, delete_response, response_input_tokens, audit_log, request_context,
-                        openapi_json, mcp_endpoint],
+                        responses, get_response, delete_response, response_input_tokens, gemini_models_action,
+                        gemini_list_models, gemini_get_model, audit_log, request_context, openapi_json, mcp_endpoint],
         lifespan=[lifespan],
         before_request=authenticate,
         exception_handlers={WireError: on_wire_error, bus.TooLarge: on_too_large, HTTPException: on_http_error,

@@ -2,7 +2,8 @@
 
 A handler raises `WireError(kind, message)`; the app renders it for the wire the request came in on:
 OpenAI `{"error": {"message", "type", "param", "code"}}`, Anthropic `{"type": "error", "error": {"type",
-"message"}}`, with the status that wire uses for that kind. A refusal for load carries `retry_after`
+"message"}}`, Google (the Gemini wire) `{"error": {"code", "message", "status"}}`, with the status that wire
+uses for that kind. A refusal for load carries `retry_after`
 (seconds), sent as the `retry-after` header, which both wires' SDKs honour when they retry.
 """
 
@@ -28,6 +29,23 @@ KINDS = {
     "timeout": (504, "timeout", "api_error", 504),
     "bad_gateway": (502, "server_error", "api_error", 502),  # an upstream that cannot be reached or broke its reply
     "not_implemented": (501, "server_error", "api_error", 501),
+}
+
+# kind -> (HTTP status, Google's canonical status) on the Gemini wire: an overloaded model is Gemini's 503
+# UNAVAILABLE ("The model is overloaded"), which its SDKs and Gemini CLI retry
+GOOGLE = {
+    "invalid_request": (400, "INVALID_ARGUMENT"),
+    "authentication": (401, "UNAUTHENTICATED"),
+    "permission": (403, "PERMISSION_DENIED"),
+    "not_found": (404, "NOT_FOUND"),
+    "too_large": (413, "INVALID_ARGUMENT"),
+    "rate_limit": (429, "RESOURCE_EXHAUSTED"),
+    "internal": (500, "INTERNAL"),
+    "unavailable": (503, "UNAVAILABLE"),
+    "overloaded": (503, "UNAVAILABLE"),
+    "timeout": (504, "DEADLINE_EXCEEDED"),
+    "bad_gateway": (502, "UNAVAILABLE"),
+    "not_implemented": (501, "UNIMPLEMENTED"),
 }
 
 RETRY_AFTER_S = 1.0  # what a refusal for load asks clients to wait: about one announce of the workers' load
@@ -72,10 +90,19 @@ class WireError(Exception):
         status = self.status or status
         return status, {"type": "error", "error": {"type": etype, "message": self.message}}
 
+    def google(self) -> tuple[int, dict]:
+        status, name = GOOGLE[self.kind]
+        status = self.status or status
+        return status, {"error": {"code": status, "message": self.message, "status": name}}
+
     def render(self, wire: str) -> tuple[int, dict]:
+        if wire == "gemini":
+            return self.google()
         return self.anthropic() if wire == "anthropic" else self.openai()
 
 
 def wire_of(path: str) -> str:
-    """Which wire's error shape a path speaks."""
+    """Which wire's error shape a path speaks: Gemini's under /v1beta/ and for /v1/models/{model}:{action}."""
+    if path.startswith("/v1beta/") or path == "/v1beta" or (path.startswith("/v1/models/") and ":" in path):
+        return "gemini"
     return "anthropic" if path.startswith("/v1/messages") else "openai"

@@ -17,6 +17,17 @@ A worker that does not confirm the hold (`Accepted.held` false: an older engine)
 with the payload in context; when one of its blocks is quarantined, the gateway cancels it and sends the
 request again with the placeholder (fak_gateway_barrier_fallbacks_total counts these).
 
+The key's `screening:` policy section (the FAK_POLICY files the adjudicator decides with, read here too):
+- `quarantine: spans`: a quarantined result keeps its clean text and loses only the offending spans. Such a
+  request waits at the gateway barrier whatever FAK_VERDICT_BARRIER says (a held prefill would already
+  hold the raw bytes, and evicting the whole block would drop the clean text with it); a spans verdict
+  that comes back for a held request anyway (this gateway's copy of the policy was older) cancels it and
+  sends it again with the redacted text. A late quarantine (async model stage) of a block already in a
+  KV cache evicts the whole block there; the next request brings the redacted text.
+- a section that changes verdicts (thresholds, `allow:`, `mode: flag`): its clean verdicts are cached for
+  that section only (ContextFilter scopes), and a block quarantined for someone else is judged again for
+  this key (AdjudicateResult.quarantined) instead of replaced: the adjudicator decides, and audits.
+
 Sessions: `x-fak-session` when the client sends it, else derived from the conversation's opening (the
 hash of its first system and user messages), which stays the same as a conversation grows.
 Taint: a request whose conversation holds any tool result is tainted (the chat APIs resend the whole
@@ -28,6 +39,7 @@ that request (503), as no verdict would; with FAK_RELEASE_KEY the Release is sig
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -42,6 +54,7 @@ from fak_gateway.engines import derive_session
 from fak_gateway.errors import WireError
 from fakcore import bus
 from fakcore.metrics import Metrics
+from fakcore.policy import PolicyStore, Screening
 from fakcore.protocol import (
     Accepted,
     AdjudicateCall,
@@ -57,12 +70,17 @@ from fakcore.protocol import (
     ResultVerdict,
     TokenChunk,
     ToolCall,
+    block_id,
     encode,
     encode_signed,
     signed_ok,
     subjects,
 )
+from fakcore.screening import window
 from fakcore.settings import Settings
+
+log = logging.getLogger("fak.gateway.guard")
+NO_SCREENING = Screening()
 
 
 class GuardMetrics:
@@ -97,8 +115,13 @@ class Context:
     key: str
     tainted: bool
     t0: float
+    scope: str = ""  # the clean-verdict cache this key's policy reads and fills (ContextFilter)
+    spans: bool = False  # the key's policy: `quarantine: spans` (the gateway barrier, only spans replaced)
     replaced: list[str] = field(default_factory=list)  # blocks the filter turned into placeholders
     pending: dict[str, ChatMessage] = field(default_factory=dict)  # block -> tool result still to screen
+    rejudge: set[str] = field(default_factory=set)  # pending blocks quarantined already, asked again for this key
+    texts: dict[str, str] = field(default_factory=dict)  # block -> what it became in this request (redacted)
+    tools: dict[str, str] = field(default_factory=dict)  # tool call id -> tool name (a tool result may not say)
     record: dict[str, Any] = field(default_factory=dict)  # the audit view's record of the request
 
 
@@ -107,6 +130,25 @@ class Guard:
         self.nc, self.settings, self.filter, self.audit, self.instance = nc, settings, filt, audit, instance
         self.m = GuardMetrics(metrics)
         audit.on_eviction = lambda r: self.m.evictions.labels(r.cause or "verdict", r.mode).inc()
+        # the policy files the adjudicator decides with; here only to apply known verdicts the key's way
+        self.policies = PolicyStore(settings.policy) if settings.policy else None
+        self._policy_checked = time.monotonic()
+
+    def screening(self, key: str) -> Screening:
+        """The key's `screening:` section (reloaded every `policy_reload_s`; a bad file keeps the last good one)."""
+        if self.policies is None:
+            return NO_SCREENING
+        every = self.settings.policy_reload_s
+        if every > 0 and time.monotonic() - self._policy_checked >= every:
+            self._policy_checked = time.monotonic()
+            if self.policies.check() is False:
+                log.error("policy reload failed, screening keeps the previous policy: %s", self.policies.error)
+        return self.policies.current.for_key(key).screening
+
+    def scope(self, key: str) -> str:
+        """The clean-verdict cache scope of a key (ContextFilter): "" unless its policy changes verdicts."""
+        sc = self.screening(key)
+        return sc.fingerprint if sc.changes_verdicts else ""
 
     async def ask(self, msg: AdjudicateCall | AdjudicateResult) -> Any:
         """The adjudicator's signed verdict on one call or result (the model wires' and /mcp's); no verdict in
@@ -137,17 +179,18 @@ class Guard:
             pass
 
     # -- results ---------------------------------------------------------------------------------------
-    async def _screen(self, req: GenerateRequest, pending: dict[str, ChatMessage], session: str, key: str) -> list[ResultVerdict]:
+    async def _screen(self, req: GenerateRequest, ctx: Context) -> list[ResultVerdict]:
         async def one(block: str, m: ChatMessage) -> ResultVerdict:
             t0 = time.perf_counter()
-            v = await self.ask(AdjudicateResult(request_id=req.request_id, tool=m.name, content=m.content, block=block,
-                                                 session=session, key_id=key))
+            v = await self.ask(AdjudicateResult(request_id=req.request_id, tool=m.name or ctx.tools.get(m.tool_call_id, ""),
+                                                 content=m.content, block=block, session=ctx.session, key_id=ctx.key,
+                                                 quarantined=block in ctx.rejudge))
             self.m.screened.observe(time.perf_counter() - t0)
-            self.m.verdicts.labels("result", v.verdict, "adjudicator", v.detector or "none").inc()
-            self.filter.add(v)
+            self.m.verdicts.labels("result", "flag" if v.flagged else v.verdict, "adjudicator", v.detector or "none").inc()
+            self.filter.add(v, ctx.scope)
             return v
 
-        results = await asyncio.gather(*(one(b, m) for b, m in pending.items()), return_exceptions=True)
+        results = await asyncio.gather(*(one(b, m) for b, m in ctx.pending.items()), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
                 raise r
@@ -155,30 +198,61 @@ class Guard:
         return list(results)  # type: ignore[arg-type]
 
     async def prepare(self, req: GenerateRequest, key: str) -> Context:
-        """The context filter applied (quarantined results -> placeholders, in place) and what is left to screen."""
+        """The context filter applied (quarantined results -> placeholders or redacted, in place) and what is
+        left to screen."""
+        sc = self.screening(key)
         ctx = Context(session=req.session or derive_session(req.messages), key=key,
-                      tainted=any(m.role == "tool" for m in req.messages), t0=time.perf_counter())
-        ctx.replaced = self.filter.apply(req.messages)
-        self.m.quarantined.set(len(self.filter.quarantined))
-        for b in ctx.replaced:
-            q = self.filter.quarantined[b]
-            self.m.placeholders.inc()
-            self.m.verdicts.labels("result", "quarantine", "cache", q.detector).inc()
-            await self.publish_audit(AuditRecord(kind="result", outcome="quarantine", request_id=req.request_id, session=ctx.session,
-                                          key_id=key, block=b, detector=q.detector, score=q.score, reason=q.reason,
-                                          stage="cache", source=self.instance, ts=time.time()))
+                      tainted=any(m.role == "tool" for m in req.messages), t0=time.perf_counter(),
+                      scope=sc.fingerprint if sc.changes_verdicts else "", spans=sc.replace == "spans",
+                      tools={c.id: c.name for m in req.messages if m.role == "assistant" for c in m.tool_calls})
         for m in req.messages:
-            if m.role == "tool" and m.block and m.block not in ctx.pending:
-                state = self.filter.known(m.block)
-                if m.block in self.filter.placeholders:
-                    continue
-                if state == "clean":
-                    self.m.verdicts.labels("result", "clean", "cache", "none").inc()
-                elif not state:
-                    ctx.pending[m.block] = m
+            if m.role != "tool":
+                continue
+            block = m.block or block_id(m.content)
+            if block in self.filter.placeholders or block in ctx.pending:
+                continue
+            state = self.filter.known(block, ctx.scope)
+            if state == "clean":
+                self.m.verdicts.labels("result", "clean", "cache", "none").inc()
+            elif state == "quarantine" and not (ctx.scope and m.block):
+                await self._replace_known(req, ctx, m, block)
+            elif m.block:  # unknown, or quarantined for others and this key's policy may say otherwise
+                ctx.pending[block] = m
+                if state == "quarantine":
+                    ctx.rejudge.add(block)
+        self.m.quarantined.set(len(self.filter.quarantined))
+        barrier = "gateway" if ctx.spans else self.settings.verdict_barrier
         ctx.record = dict(key_id=key, session=ctx.session, tainted=ctx.tainted, placeholders=ctx.replaced, screened=list(ctx.pending),
-                          evicted=[], barrier=self.settings.verdict_barrier if ctx.pending else "")
+                          evicted=[], barrier=barrier if ctx.pending else "", replace="spans" if ctx.spans else "whole")
         return ctx
+
+    async def _replace_known(self, req: GenerateRequest, ctx: Context, m: ChatMessage, block: str) -> None:
+        """A block this gateway knows is quarantined: replaced the key's way, audited as the cache's verdict."""
+        q = self.filter.quarantined[block]
+        original = m.content
+        self.filter.redact(m, q, ctx.spans)
+        ctx.replaced.append(block)
+        ctx.texts[block] = m.content
+        self.m.placeholders.inc()
+        self.m.verdicts.labels("result", "quarantine", "cache", q.detector).inc()
+        tool = m.name or ctx.tools.get(m.tool_call_id, "")
+        await self.publish_audit(AuditRecord(kind="result", outcome="quarantine", request_id=req.request_id, session=ctx.session,
+                                             key_id=ctx.key, tool=tool, block=block, detector=q.detector, score=q.score,
+                                             reason=q.reason, stage="cache", source=self.instance, ts=time.time(),
+                                             spans=q.spans, window=window(original, q.spans)))
+
+    def _apply(self, messages: list[ChatMessage], verdicts: list[ResultVerdict], ctx: Context | None = None) -> list[str]:
+        """This request's own quarantine verdicts applied to `messages`, in place, each as it says (`replace`)."""
+        bad = {v.block: v for v in verdicts if v.verdict == "quarantine"}
+        replaced = []
+        for m in messages:
+            v = bad.get(m.block or block_id(m.content)) if m.role == "tool" else None
+            if v is not None:
+                self.filter.redact(m, v, v.replace == "spans")
+                replaced.append(v.block)
+                if ctx is not None:
+                    ctx.texts[v.block] = m.content
+        return replaced
 
     async def start(self, backend: Any, req: GenerateRequest, key: str) -> tuple[Accepted, AsyncIterator[Any]]:
         """Filter, screen (barrier), send; the reply stream comes back with tool calls adjudicated. A backend
@@ -189,26 +263,33 @@ class Guard:
         if not ctx.pending:
             self.audit.remember(req, **ctx.record)
             first, replies = await start_backend(backend, req)
-        elif self.settings.verdict_barrier == "gateway" or not getattr(backend, "can_hold", True):
+        elif self.settings.verdict_barrier == "gateway" or ctx.spans or not getattr(backend, "can_hold", True):
             await self.screen(req, ctx)
             self.audit.remember(req, **ctx.record)
             first, replies = await start_backend(backend, req)
         else:
-            first, replies = await self._held(backend, req, ctx.pending, ctx.session, key, ctx.t0, ctx.record)
+            first, replies = await self._held(backend, req, ctx)
         return first, self._judge_calls(req, replies, ctx.session, key, ctx.tainted)
 
     async def screen(self, req: GenerateRequest, ctx: Context) -> None:
-        """The gateway barrier: every pending result screened; the quarantined ones become placeholders."""
+        """The gateway barrier: every pending result screened; the quarantined ones replaced (whole or spans)."""
         if ctx.pending:
-            verdicts = await self._screen(req, ctx.pending, ctx.session, ctx.key)
+            verdicts = await self._screen(req, ctx)
             self.m.barrier.observe(time.perf_counter() - ctx.t0)
-            ctx.record["placeholders"] = ctx.replaced + self.filter.apply(req.messages)
+            replaced = self._apply(req.messages, verdicts, ctx)
+            self.m.placeholders.inc(len(replaced))
+            ctx.record["placeholders"] = ctx.replaced + replaced
             ctx.record["verdicts"] = [msgspec.to_builtins(v) for v in verdicts]
 
     def placeholder_of(self, block: str) -> str | None:
         """The placeholder a quarantined block is replaced by; None when the block may pass."""
         q = self.filter.quarantined.get(block)
         return placeholder(q) if q is not None else None
+
+    def replacement(self, ctx: Context, block: str) -> str | None:
+        """What `block` became in the request `ctx` was prepared for (redacted spans, a placeholder), None when
+        it passes as it is: a same-wire passthrough's lookup that follows the key's policy."""
+        return ctx.texts.get(block)
 
     async def refusals(self, req: GenerateRequest, ctx: Context, calls: list[ToolCall]) -> list[str | None]:
         """Each proposed call's verdict: None (allowed) or the refusal text that replaces it."""
@@ -229,11 +310,10 @@ class Guard:
             self.m.verdicts.labels("call", "allow" if v.allow else "deny", "adjudicator", v.rule).inc()
         return list(verdicts)
 
-    async def _held(self, backend: Any, req: GenerateRequest, pending: dict[str, ChatMessage], session: str, key: str,
-                    t0: float, record: dict[str, Any]) -> tuple[Accepted, AsyncIterator[Any]]:
+    async def _held(self, backend: Any, req: GenerateRequest, ctx: Context) -> tuple[Accepted, AsyncIterator[Any]]:
         """Screening and speculative prefill side by side; nothing is decoded before the Release."""
         req.hold = True
-        screening = asyncio.create_task(self._screen(req, pending, session, key))
+        screening = asyncio.create_task(self._screen(req, ctx))
         try:
             first, replies = await start_backend(backend, req)
         except BaseException:
@@ -244,21 +324,28 @@ class Guard:
         except BaseException:
             await replies.aclose()  # cancels the held request on its worker
             raise
-        self.m.barrier.observe(time.perf_counter() - t0)
-        quarantined = [v.block for v in verdicts if v.verdict == "quarantine"]
-        release = Release(request_id=req.request_id, quarantined=quarantined)
-        await self.nc.publish(subjects.RELEASE, encode_signed(release, self.settings.release_key, subjects.RELEASE))
+        self.m.barrier.observe(time.perf_counter() - ctx.t0)
+        record = ctx.record
         record["verdicts"] = [msgspec.to_builtins(v) for v in verdicts]
-        if not quarantined or first.held:
+        quarantined = [v.block for v in verdicts if v.verdict == "quarantine"]
+        # spans: the worker's prefill holds the raw bytes, and evicting the block would drop its clean text too
+        spans = any(v.verdict == "quarantine" and v.replace == "spans" for v in verdicts)
+        if not spans or not first.held:
+            release = Release(request_id=req.request_id, quarantined=quarantined)
+            await self.nc.publish(subjects.RELEASE, encode_signed(release, self.settings.release_key, subjects.RELEASE))
+        if not quarantined or (first.held and not spans):
             view = msgspec.structs.replace(req, messages=[msgspec.structs.replace(m) for m in req.messages])
-            self.filter.apply(view.messages)  # the debug view: what the model can still see after the eviction
+            self._apply(view.messages, verdicts, ctx)  # the debug view: what the model can still see after the eviction
             record["evicted"] = quarantined
             self.audit.remember(view, **record)
             return first, replies
-        # The worker did not promise to hold: it may have decoded with the payload. Start over without it.
+        # The worker did not promise to hold (it may have decoded with the payload), or it holds bytes that
+        # must give way to the redacted text: start over without them.
         self.m.fallbacks.inc()
         await replies.aclose()
-        record["placeholders"] = record["placeholders"] + self.filter.apply(req.messages)
+        replaced = self._apply(req.messages, verdicts, ctx)
+        self.m.placeholders.inc(len(replaced))
+        record["placeholders"] = record["placeholders"] + replaced
         again = msgspec.structs.replace(req, request_id=f"{req.request_id}-r{uuid.uuid4().hex[:6]}", hold=False)
         self.audit.remember(req, resent_as=again.request_id, **record)
         first, replies = await start_backend(backend, again)

@@ -13,7 +13,7 @@ from typing import Any
 from litestar import Request, Response
 from litestar.response import Stream
 
-from fak_gateway import anthropic_wire, openai_wire, responses_wire
+from fak_gateway import anthropic_wire, gemini_wire, openai_wire, responses_wire
 from fak_gateway.audit_view import AuditView
 from fak_gateway.context_filter import ContextFilter
 from fak_gateway.engines import Engines
@@ -83,8 +83,12 @@ def authenticate(request: Request) -> None:
 
 
 def api_key(request: Request) -> str:
+    """The caller's key: a Bearer token, x-api-key, or Google's x-goog-api-key header or `key=` query parameter."""
     auth = request.headers.get("authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return (request.headers.get("x-api-key") or request.headers.get("x-goog-api-key")
+            or request.query_params.get("key") or "")
 
 
 def viewer(request: Request, settings: Settings) -> str | None:
@@ -122,7 +126,7 @@ async def proxied(state: State, request: Request, wire: str, route: str, call: C
     except ClientGone:
         return Response(None, status_code=CLIENT_GONE)
     if p.stream is not None:
-        return sse(state, route, wire, p.stream, p.headers)
+        return sse(state, route, wire, p.stream, p.headers, p.media_type)
     return Response(p.body, status_code=p.status, headers=p.headers, media_type=p.media_type)
 
 
@@ -132,7 +136,9 @@ def receipt_headers(first: Accepted) -> dict[str, str]:
             "x-fak-weights-digest": r.weights_digest}
 
 
-def sse(state: State, route: str, wire: str, body: AsyncIterator[bytes], headers: dict[str, str]) -> Stream:
+def sse(state: State, route: str, wire: str, body: AsyncIterator[bytes], headers: dict[str, str],
+        media_type: str = "text/event-stream") -> Stream:
+    """A stream (SSE, or a JSON array written piece by piece: Gemini's stream without alt=sse)."""
     t0 = time.monotonic()
 
     async def guarded() -> AsyncIterator[bytes]:
@@ -146,12 +152,12 @@ def sse(state: State, route: str, wire: str, body: AsyncIterator[bytes], headers
         except WireError as err:  # headers are gone: the error travels as a stream event
             yield STREAM_ERRORS[wire](err)
 
-    return Stream(guarded(), media_type="text/event-stream",
+    return Stream(guarded(), media_type=media_type,
                   headers={"cache-control": "no-cache", "x-accel-buffering": "no", **headers})
 
 
 STREAM_ERRORS = {"anthropic": anthropic_wire.stream_error, "openai": openai_wire.stream_error,
-                 "responses": responses_wire.stream_error}
+                 "responses": responses_wire.stream_error, "gemini": gemini_wire.stream_error}
 CLIENT_GONE = 499  # the status (nginx's) counted for a request whose client left before its response
 
 

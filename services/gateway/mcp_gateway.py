@@ -330,7 +330,8 @@ class McpGateway:
         if guard is None:
             return None
         block = block_id(text) if kind == "tool_result" else block_id(DESCRIPTION_BLOCK + text)
-        known = self.filter.known(block)
+        scope = guard.scope(caller.key)  # a key whose screening policy changes verdicts keeps its clean ones apart
+        known = self.filter.known(block, scope)
         if known == "clean":
             guard.m.verdicts.labels("result", "clean", "cache", "none").inc()
             return None
@@ -346,7 +347,7 @@ class McpGateway:
                                               session=caller.session, key_id=caller.key, kind=kind))
         guard.m.screened.observe(time.perf_counter() - t0)
         guard.m.verdicts.labels("result", v.verdict, "adjudicator", v.detector or "none").inc()
-        self.filter.add(v)
+        self.filter.add(v, scope)
         guard.m.quarantined.set(len(self.filter.quarantined))
         return v if v.verdict == "quarantine" else None
 

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from litestar import Response, get
 
-from fak_gateway import anthropic_wire, openai_wire, responses_wire
+from fak_gateway import anthropic_wire, gemini_wire, openai_wire, responses_wire
 
 REF = "#/components/schemas/{name}"
 
@@ -28,6 +28,11 @@ BODIES = (
     ("/v1/messages/count_tokens", anthropic_wire.CountRequest, "anthropic", "Anthropic token counting"),
     ("/v1/responses", responses_wire.ResponsesRequest, "openai", "OpenAI Responses (stream: SSE; stored for previous_response_id)"),
     ("/v1/responses/input_tokens", responses_wire.InputTokensRequest, "openai", "OpenAI Responses input token count"),
+    ("/v1beta/models/{model}:generateContent", gemini_wire.GenerateContentRequest, "gemini",
+     "Gemini generateContent (also under /v1/)"),
+    ("/v1beta/models/{model}:streamGenerateContent", gemini_wire.GenerateContentRequest, "gemini",
+     "Gemini streamed generateContent: SSE with alt=sse, else one JSON array (also under /v1/)"),
+    ("/v1beta/models/{model}:countTokens", gemini_wire.CountRequest, "gemini", "Gemini token counting (also under /v1/)"),
 )
 
 # The error bodies, as errors.WireError renders them
@@ -45,8 +50,14 @@ ERRORS = {
             "type": "object", "required": ["type", "message"],
             "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}},
     },
+    "GoogleError": {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {
+            "type": "object", "required": ["code", "message", "status"],
+            "properties": {"code": {"type": "integer"}, "message": {"type": "string"}, "status": {"type": "string"}}}},
+    },
 }
-ERROR_OF = {"openai": "OpenAIError", "anthropic": "AnthropicError"}
+ERROR_OF = {"openai": "OpenAIError", "anthropic": "AnthropicError", "gemini": "GoogleError"}
 
 SECURITY_SCHEMES = {
     "bearer": {"type": "http", "scheme": "bearer", "description": "a gateway API key (FAK_API_KEYS)"},
@@ -55,8 +66,12 @@ SECURITY_SCHEMES = {
                       "description": "a gateway API key beside a client key meant for an upstream"},
     "x-fak-admin-key": {"type": "apiKey", "in": "header", "name": "x-fak-admin-key",
                         "description": "an operator key (FAK_ADMIN_KEYS)"},
+    "x-goog-api-key": {"type": "apiKey", "in": "header", "name": "x-goog-api-key", "description": "a gateway API key (Gemini)"},
+    "key": {"type": "apiKey", "in": "query", "name": "key", "description": "a gateway API key (Gemini)"},
 }
 API_KEY = [{"bearer": []}, {"x-api-key": []}, {"x-fak-api-key": []}, {}]  # {}: no keys configured, none needed
+GOOGLE_KEY = [{"x-goog-api-key": []}, {"key": []}, {"bearer": []}, {"x-fak-api-key": []}, {}]
+MODEL = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}, "description": "a model id"}
 ADMIN_KEY = [{"x-fak-admin-key": []}, {"bearer": []}]  # or a tenant's API key, for its own records
 PUBLIC: list[dict[str, list[str]]] = [{}]
 
@@ -71,18 +86,24 @@ def _errors(wire: str) -> dict[str, Any]:
             "5XX": {"description": "the gateway or a backend failed", "content": _json(ref)}}
 
 
-def _post(struct_ref: dict[str, Any], wire: str, summary: str) -> dict[str, Any]:
+def _post(struct_ref: dict[str, Any], wire: str, summary: str, path: str) -> dict[str, Any]:
     ok = {"description": "the response (a JSON object; with `stream`, server-sent events)",
           "content": {**_json({"type": "object"}), "text/event-stream": {"schema": {"type": "string"}}}}
-    return {"post": {"summary": summary, "security": API_KEY,
-                     "requestBody": {"required": True, "content": _json(struct_ref)},
-                     "responses": {"200": ok, **_errors(wire)}}}
+    op: dict[str, Any] = {"summary": summary, "security": GOOGLE_KEY if wire == "gemini" else API_KEY,
+                          "requestBody": {"required": True, "content": _json(struct_ref)},
+                          "responses": {"200": ok, **_errors(wire)}}
+    if "{model}" in path:
+        op["parameters"] = [MODEL]
+        if path.endswith(":streamGenerateContent"):
+            op["parameters"].append(_query("alt", {"type": "string", "enum": ["sse"], "description": "absent: a JSON array"}))
+    return {"post": op}
 
 
 def _get(summary: str, security: list[dict[str, list[str]]], content: dict[str, Any] | None = None,
-         parameters: list[dict[str, Any]] | None = None, responses: dict[str, Any] | None = None) -> dict[str, Any]:
+         parameters: list[dict[str, Any]] | None = None, responses: dict[str, Any] | None = None,
+         wire: str = "openai") -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary, "security": security, "responses": {
-        "200": {"description": "ok", "content": content or _json({"type": "object"})}, **_errors("openai"), **(responses or {})}}
+        "200": {"description": "ok", "content": content or _json({"type": "object"})}, **_errors(wire), **(responses or {})}}
     if parameters:
         op["parameters"] = parameters
     return {"get": op}
@@ -95,7 +116,7 @@ def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 @functools.cache
 def document() -> dict[str, Any]:
     refs, components = msgspec.json.schema_components([s for _, s, _, _ in BODIES], ref_template=REF)
-    paths: dict[str, Any] = {path: _post(ref, wire, summary) for (path, _, wire, summary), ref in zip(BODIES, refs, strict=True)}
+    paths: dict[str, Any] = {path: _post(ref, wire, summary, path) for (path, _, wire, summary), ref in zip(BODIES, refs, strict=True)}
     version = {"name": "anthropic-version", "in": "header", "required": False, "schema": {"type": "string"},
                "description": "present: the list in Anthropic's shape, else OpenAI's"}
     paths["/v1/models"] = _get("the models this gateway serves", API_KEY, parameters=[version])
@@ -110,10 +131,14 @@ def document() -> dict[str, Any]:
     paths["/v1/fak/requests/{request_id}"] = _get(
         "operators: a request's context as it left for the engines", ADMIN_KEY,
         parameters=[{"name": "request_id", "in": "path", "required": True, "schema": text}])
+    paths["/v1beta/models"] = _get("Gemini: the models this gateway serves, in pages", GOOGLE_KEY, wire="gemini", parameters=[
+        _query("pageSize", {"type": "integer", "default": 50, "description": "clamped to 1..1000"}),
+        _query("pageToken", {"type": "string", "description": "the previous page's nextPageToken"})])
+    paths["/v1beta/models/{model}"] = _get("Gemini: one model", GOOGLE_KEY, wire="gemini", parameters=[MODEL])
     return {
         "openapi": "3.1.0",
         "info": {"title": "fak gateway", "version": "1", "description": "The agent kernel's gateway: OpenAI and "
-                 "Anthropic wires, each error in its own wire's shape."},
+                 "Anthropic, Responses and Gemini wires, each error in its own wire's shape."},
         "paths": paths,
         "components": {"schemas": {**components, **ERRORS}, "securitySchemes": SECURITY_SCHEMES},
     }

@@ -18,7 +18,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from fak_gateway import passthrough, responses_passthrough
+from fak_gateway import gemini_passthrough, passthrough, responses_passthrough
 from fak_gateway.guard import Guard
 from fak_gateway.upstream import Upstream
 from fakcore.protocol import GenerateRequest, ToolCall
@@ -57,7 +57,9 @@ class SameWire:
             self.guard.audit.remember(self.req, upstream=self.upstream.name, **self.ctx.record)
 
     def lookup(self, block: str) -> str | None:
-        return self.guard.placeholder_of(block) if self.ctx is not None and self.guard is not None else None
+        """What a tool result's block became in this request (placeholder, redacted spans), the key's policy
+        applied; None: it passes as it is."""
+        return self.guard.replacement(self.ctx, block) if self.ctx is not None and self.guard is not None else None
 
     async def judge(self, calls: list[ToolCall]) -> list[str | None]:
         if self.ctx is None or self.guard is None:
@@ -90,6 +92,26 @@ class SameWire:
         return await self._json("responses", body, headers, stream, responses_passthrough.redact, responses_passthrough.relay,
                                 responses_passthrough.judge_json)
 
+    async def gemini(self, body: bytes, headers: Mapping[str, str], action: str, sse: bool) -> Proxied:
+        """Gemini → Gemini: the client's JSON, quarantined function responses replaced; the model is the
+        route's, in the path. A stream is asked for as SSE and given back in the client's framing."""
+        await self.screen()
+        data = json.loads(body)
+        replaced, withheld = gemini_passthrough.redact(data, self.lookup)
+        out = body if not replaced else json.dumps(data, ensure_ascii=False).encode()
+        op = {"generateContent": "generate", "streamGenerateContent": "stream", "countTokens": "count_tokens"}[action]
+
+        async def relay(lines: AsyncIterator[str], judge: Any) -> AsyncIterator[bytes]:
+            async for chunk in gemini_passthrough.relay(lines, judge, sse):
+                yield chunk
+
+        p = await self._send(op, out, self.upstream.headers(headers, same_wire=True), "alt=sse" if op == "stream" else "",
+                             op == "stream", self._redacted(replaced, withheld), relay,
+                             gemini_passthrough.judge_json if op == "generate" else _unchanged)
+        if p.stream is not None and not sse:
+            p.media_type = "application/json"
+        return p
+
     async def _json(self, op: str, body: bytes, headers: Mapping[str, str], stream: bool, redact: Any, relay: Any,
                     rewrite: Any) -> Proxied:
         """A JSON wire's passthrough: screened first, the client's bytes unless something had to change."""
@@ -103,7 +125,7 @@ class SameWire:
     async def _send(self, op: str, body: bytes, headers: dict[str, str], query: str, stream: bool,
                     fak_headers: dict[str, str], relay: Any, rewrite: Any) -> Proxied:
         stack = AsyncExitStack()
-        response = await stack.enter_async_context(self.upstream.open(op, body, headers, query))
+        response = await stack.enter_async_context(self.upstream.open(op, body, headers, query, model=self.route.target))
         back = {**returned_headers(response.headers), **fak_headers}
         if not stream or "text/event-stream" not in response.headers.get("content-type", ""):
             try:
@@ -120,6 +142,10 @@ class SameWire:
                 await stack.aclose()  # the client went away or the stream ended: let the upstream go
 
         return Proxied(response.status_code, back, stream=relayed(), media_type="text/event-stream")
+
+
+async def _unchanged(body: bytes, judge: Any) -> bytes:
+    return body
 
 
 async def count_tokens(upstream: Upstream, route: Route, body: bytes, headers: Mapping[str, str], query: str,

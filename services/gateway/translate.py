@@ -6,8 +6,10 @@ and turns it back into the engine's reply events (Accepted, TokenChunk…, Gener
 So the guard and the client's wire encoder run unchanged: an Anthropic client (Claude Code) can work on a
 local OpenAI-compatible server, an OpenAI client on Claude, with tool calls adjudicated on the way.
 
-    GenerateRequest ─▶ openai_request / anthropic_request / responses_request ─▶ upstream (always streamed)
-    upstream SSE    ─▶ openai_events  / anthropic_events  / responses_events  ─▶ TokenChunk… GenerateDone
+    GenerateRequest ─▶ openai_request / anthropic_request / responses_request / gemini_request ─▶ upstream
+    upstream SSE    ─▶ openai_events  / anthropic_events  / responses_events  / gemini_events  ─▶ TokenChunk… GenerateDone
+
+(always streamed; Gemini's with `?alt=sse`, the model in the path)
 
 Custom (freeform) tools travel as function tools with one string argument (ToolSpec.kind "custom"): to a
 chat or messages upstream that is what they stay, and their calls come back as such; to a Responses
@@ -170,6 +172,67 @@ def responses_request(req: GenerateRequest, model: str) -> dict[str, Any]:
     return body
 
 
+# Gemini 3 refuses a replayed function call without the thought signature it came with; the bus keeps none,
+# and this is the value Google documents for calls whose signature is not at hand.
+SKIP_THOUGHT_SIGNATURE = "skip_thought_signature_validator"
+
+
+def gemini_request(req: GenerateRequest) -> dict[str, Any]:
+    """System messages as systemInstruction, turns of role user / model (consecutive ones merged), tool
+    results as functionResponse parts ({"output": text}), tool schemas as parametersJsonSchema."""
+    system = "\n\n".join(m.content for m in req.messages if m.role == "system")
+    contents: list[dict[str, Any]] = []
+
+    def add(role: str, parts: list[dict[str, Any]]) -> None:
+        if contents and contents[-1]["role"] == role:
+            contents[-1]["parts"] += parts
+        else:
+            contents.append({"role": role, "parts": parts})
+
+    for m in req.messages:
+        if m.role == "system":
+            continue
+        if m.role == "tool":
+            add("user", [{"functionResponse": {"id": m.tool_call_id, "name": m.name, "response": {"output": m.content}}}])
+        elif m.role == "assistant":
+            parts: list[dict[str, Any]] = [{"text": m.content}] if m.content else []
+            for i, c in enumerate(m.tool_calls):
+                part: dict[str, Any] = {"functionCall": {"id": c.id, "name": c.name, "args": _arguments(c.arguments)}}
+                if i == 0:
+                    part["thoughtSignature"] = SKIP_THOUGHT_SIGNATURE
+                parts.append(part)
+            add("model", parts or [{"text": ""}])
+        else:
+            add("user", [{"text": m.content}])
+    s = req.sampling
+    config: dict[str, Any] = {"maxOutputTokens": s.max_tokens, "temperature": s.temperature}
+    if s.top_p < 1.0:
+        config["topP"] = s.top_p
+    if s.top_k:
+        config["topK"] = s.top_k
+    if s.stop:
+        config["stopSequences"] = list(s.stop)
+    if s.seed is not None:
+        config["seed"] = s.seed
+    if req.response_schema is not None:
+        config["responseMimeType"] = "application/json"
+        if req.response_schema:
+            config["responseJsonSchema"] = req.response_schema
+    body: dict[str, Any] = {"contents": contents, "generationConfig": config}
+    if system:
+        body["systemInstruction"] = {"parts": [{"text": system}]}
+    if req.tools:
+        body["tools"] = [{"functionDeclarations": [{"name": t.name, "description": t.description,
+                                                    "parametersJsonSchema": t.parameters or {"type": "object", "properties": {}}}
+                                                   for t in req.tools]}]
+        mode = {"auto": "AUTO", "none": "NONE", "required": "ANY", "function": "ANY"}[req.tool_choice]
+        calling: dict[str, Any] = {"mode": mode}
+        if req.tool_choice == "function":
+            calling["allowedFunctionNames"] = [req.tool_choice_name]
+        body["toolConfig"] = {"functionCallingConfig": calling}
+    return body
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The upstream's stream -> engine reply events
 # ---------------------------------------------------------------------------------------------------------
@@ -316,6 +379,43 @@ async def responses_events(req: GenerateRequest, upstream: Upstream, rcpt: Recei
     raise WireError("bad_gateway", f"upstream {upstream.name!r} ended its stream without response.completed")
 
 
+GEMINI_FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}  # the rest (SAFETY, RECITATION, …) end the answer: stop
+
+
+async def gemini_events(req: GenerateRequest, upstream: Upstream, rcpt: Receipt,
+                        lines: AsyncIterator[str]) -> AsyncIterator[TokenChunk | GenerateDone]:
+    """Each event is a whole GenerateContentResponse: its text parts are deltas (thoughts skipped), its
+    functionCall parts whole calls; the one with a finishReason ends the answer."""
+    seq, finish = 0, ""
+    calls: list[ToolCall] = []
+    usage = Usage()
+    async for _, data in sse_data(lines):
+        obj = _json(data, upstream.name)
+        if "error" in obj:
+            err = obj["error"]
+            raise WireError("bad_gateway", f"upstream {upstream.name!r}: {err.get('message') if isinstance(err, dict) else err}")
+        if obj.get("usageMetadata"):
+            u = obj["usageMetadata"]
+            usage = Usage(prompt_tokens=u.get("promptTokenCount") or 0,
+                          completion_tokens=(u.get("candidatesTokenCount") or 0) + (u.get("thoughtsTokenCount") or 0),
+                          cached_tokens=u.get("cachedContentTokenCount") or 0)
+        for candidate in (obj.get("candidates") or [])[:1]:
+            for part in (candidate.get("content") or {}).get("parts") or []:
+                if part.get("functionCall"):
+                    fc = part["functionCall"]
+                    calls.append(ToolCall(id=fc.get("id") or f"call_{req.request_id[-12:]}_{len(calls)}",
+                                          name=fc.get("name", ""), arguments=json.dumps(fc.get("args") or {})))
+                elif part.get("text") and not part.get("thought"):
+                    yield TokenChunk(request_id=req.request_id, seq=seq, text=part["text"])
+                    seq += 1
+            if candidate.get("finishReason"):
+                finish = GEMINI_FINISH.get(candidate["finishReason"], "stop")
+    if not finish:
+        raise WireError("bad_gateway", f"upstream {upstream.name!r} ended its stream without a finishReason")
+    yield GenerateDone(request_id=req.request_id, seq=seq, finish_reason="tool_calls" if calls else finish, usage=usage,
+                       receipt=rcpt, tool_calls=calls)
+
+
 class Translated:
     """An upstream behind the engine's reply protocol: `generate` yields Accepted, TokenChunk…, GenerateDone.
     It cannot hold a request at a verdict barrier, so the guard screens before sending."""
@@ -327,14 +427,18 @@ class Translated:
 
     async def generate(self, req: GenerateRequest) -> AsyncIterator[Any]:
         u = self.upstream
+        query = ""
         if u.wire == "openai":
             op, body, events = "chat", openai_request(req, self.target), openai_events
         elif u.wire == "responses":
             op, body, events = "responses", responses_request(req, self.target), responses_events
+        elif u.wire == "gemini":
+            op, body, events, query = "stream", gemini_request(req), gemini_events, "alt=sse"
         else:
             op, body, events = "messages", anthropic_request(req, self.target), anthropic_events
         rcpt = receipt(u, self.target)
-        async with u.open(op, json.dumps(body).encode(), u.headers(self.client_headers, same_wire=False)) as response:
+        async with u.open(op, json.dumps(body).encode(), u.headers(self.client_headers, same_wire=False), query,
+                          model=self.target) as response:
             yield Accepted(request_id=req.request_id, receipt=rcpt)
             async for event in events(req, u, rcpt, u.lines(response)):
                 yield event

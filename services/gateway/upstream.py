@@ -3,10 +3,12 @@
 One pooled httpx client per upstream, opened at start-up and closed on shutdown; a slow upstream holds
 only its own requests. Paths are appended to the upstream's URL the way each wire's SDKs do it: an
 OpenAI-compatible base URL ends in its version (`http://host:8000/v1` + `/chat/completions`), an Anthropic
-one does not (`http://host` + `/v1/messages`).
+one does not (`http://host` + `/v1/messages`); a Gemini one does, and the model is in the path
+(`https://generativelanguage.googleapis.com/v1beta` + `/models/{model}:streamGenerateContent`).
 
 Auth: `client` forwards the agent's own key (in the header the upstream's wire expects: `x-api-key` for
-Anthropic, `authorization: Bearer` for OpenAI); `key` sends fak's key from the environment instead.
+Anthropic, `x-goog-api-key` for Gemini, `authorization: Bearer` for OpenAI); `key` sends fak's key from the
+environment instead.
 
 Failures reach the client in its own wire's shape: the upstream's 4xx/5xx/429 keep their status, message
 and `retry-after`; a refused connection is 502, a timeout 504; a stream cut midway becomes the wire's error
@@ -21,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -38,11 +41,18 @@ PATHS = {  # (upstream wire, operation) -> path under the upstream's URL
     ("anthropic", "messages"): "/v1/messages",
     ("anthropic", "count_tokens"): "/v1/messages/count_tokens",
     ("anthropic", "models"): "/v1/models",
+    ("gemini", "generate"): "/models/{model}:generateContent",
+    ("gemini", "stream"): "/models/{model}:streamGenerateContent",
+    ("gemini", "count_tokens"): "/models/{model}:countTokens",
+    ("gemini", "models"): "/models",
 }
+# the header each wire's API reads its key from (the rest: authorization: Bearer)
+KEY_HEADERS = {"anthropic": "x-api-key", "gemini": "x-goog-api-key"}
 # headers of the client's request that travel to a same-wire upstream (everything else is fak's business)
 FORWARDED = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project", "user-agent",
              "x-stainless-arch", "x-stainless-lang", "x-stainless-os", "x-stainless-package-version",
-             "x-stainless-runtime", "x-stainless-runtime-version", "x-app", "anthropic-dangerous-direct-browser-access")
+             "x-stainless-runtime", "x-stainless-runtime-version", "x-app", "anthropic-dangerous-direct-browser-access",
+             "x-goog-api-client")
 ERROR_BODY_LIMIT = 64 * 1024
 
 
@@ -61,7 +71,9 @@ class UpstreamMetrics:
 
 def client_key(headers: Mapping[str, str]) -> str:
     auth = headers.get("authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else headers.get("x-api-key", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return headers.get("x-api-key") or headers.get("x-goog-api-key") or ""
 
 
 class Upstream:
@@ -86,20 +98,23 @@ class Upstream:
             out.update({k: v for k in FORWARDED if (v := incoming.get(k)) is not None})
         key = self.spec.api_key if self.spec.auth == "key" else client_key(incoming)
         if self.spec.auth == "client" and same_wire:  # exactly the client's header, whichever it used
-            for h in ("x-api-key", "authorization"):
+            for h in ("x-api-key", "x-goog-api-key", "authorization"):
                 if h in incoming:
                     out[h] = incoming[h]
         elif key:
-            out.update({"x-api-key": key} if self.wire == "anthropic" else {"authorization": f"Bearer {key}"})
+            header = KEY_HEADERS.get(self.wire)
+            out.update({header: key} if header else {"authorization": f"Bearer {key}"})
         if self.wire == "anthropic":
             out.setdefault("anthropic-version", "2023-06-01")
         return out
 
     @asynccontextmanager
-    async def open(self, op: str, body: bytes, headers: dict[str, str], query: str = "") -> AsyncIterator[httpx.Response]:
-        """POST `body` to the operation's path and yield the response with its body still streaming.
-        Raises WireError for a refused connection (502), a timeout (504) or an error status (the upstream's)."""
-        path = PATHS[(self.wire, op)] + (f"?{query}" if query else "")
+    async def open(self, op: str, body: bytes, headers: dict[str, str], query: str = "",
+                   model: str = "") -> AsyncIterator[httpx.Response]:
+        """POST `body` to the operation's path and yield the response with its body still streaming; `model`
+        fills a path that names it (Gemini's). Raises WireError for a refused connection (502), a timeout
+        (504) or an error status (the upstream's)."""
+        path = PATHS[(self.wire, op)].format(model=quote(model, safe="")) + (f"?{query}" if query else "")
         t0 = time.perf_counter()
         try:
             request = self.client.build_request("POST", path, content=body, headers=headers)
@@ -172,7 +187,7 @@ def kind_of_status(status: int) -> str:
 
 
 def error_message(body: bytes, status: int) -> str:
-    """The message of an OpenAI- or Anthropic-shaped error body, else its text."""
+    """The message of an OpenAI-, Anthropic- or Google-shaped error body, else its text."""
     try:
         data: Any = json.loads(body)
     except ValueError:

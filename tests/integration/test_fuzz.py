@@ -26,17 +26,20 @@ EXAMPLES = 30  # per operation and mode; derandomized: the same cases every run,
 
 OPENAI = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/responses/input_tokens")
 ANTHROPIC = ("/v1/messages", "/v1/messages/count_tokens")
+GEMINI = ("/v1beta/models/{model}:generateContent", "/v1beta/models/{model}:streamGenerateContent",
+          "/v1beta/models/{model}:countTokens")
 # (method, path, whether it has a body or parameters that negative mode can break)
-OPERATIONS = [*(("POST", p, True) for p in (*OPENAI, *ANTHROPIC)), ("GET", "/v1/models", False),
+OPERATIONS = [*(("POST", p, True) for p in (*OPENAI, *ANTHROPIC, *GEMINI)), ("GET", "/v1/models", False),
               ("GET", "/healthz", False), ("GET", "/metrics", False), ("GET", "/v1/fak/audit", True),
-              ("GET", "/v1/fak/requests/{request_id}", True)]
+              ("GET", "/v1/fak/requests/{request_id}", True), ("GET", "/v1beta/models", True),
+              ("GET", "/v1beta/models/{model}", False)]
 FUZZED = [pytest.param(method, path, mode, id=f"{method} {path} {mode}") for method, path, breakable in OPERATIONS
           for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE) if breakable or mode is GenerationMode.POSITIVE]
 
 
 def assert_wire_error(path: str, status: int, body: bytes) -> None:
     """Not a 5xx; a 4xx body is the wire's own error: OpenAI {"error": {"message", "type", …}}, Anthropic
-    {"type": "error", "error": {"type", "message"}}."""
+    {"type": "error", "error": {"type", "message"}}, Google {"error": {"code", "message", "status"}}."""
     assert status < 500, f"{path}: {status} {body[:300]!r}"
     if status < 400:
         return
@@ -44,7 +47,11 @@ def assert_wire_error(path: str, status: int, body: bytes) -> None:
         err = json.loads(body)
     except ValueError:
         raise AssertionError(f"{path}: a {status} that is not JSON: {body[:300]!r}") from None
-    if path.startswith("/v1/messages"):
+    if path.startswith("/v1beta/") or (path.startswith("/v1/models/") and ":" in path):
+        inner = err.get("error") if isinstance(err, dict) else None
+        assert isinstance(inner, dict) and inner.get("code") == status and isinstance(inner.get("message"), str) \
+            and isinstance(inner.get("status"), str), err
+    elif path.startswith("/v1/messages"):
         assert isinstance(err, dict) and err.get("type") == "error", f"{path}: {status} {err!r}"
         inner = err.get("error")
         assert isinstance(inner, dict) and isinstance(inner.get("type"), str) and isinstance(inner.get("message"), str), err
@@ -67,6 +74,13 @@ def _aimed(path: str, body: Any) -> Any:
     the point). Everything else stays as generated."""
     if not isinstance(body, dict):
         return body
+    if path.startswith("/v1beta/"):  # the model is in the path (flatmap_path_parameters)
+        config = body.get("generationConfig")
+        config = dict(config) if isinstance(config, dict) else {}
+        value = config.get("maxOutputTokens")
+        if value is None or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2**31):
+            config["maxOutputTokens"] = min(value or MAX_TOKENS, MAX_TOKENS)
+        return {**body, "generationConfig": config}
     body = {**body, "model": SERVED}
     budget = "max_output_tokens" if path.startswith("/v1/responses") else "max_tokens"
     for field in (budget, "max_completion_tokens"):
@@ -100,6 +114,8 @@ def _servable(path: str, body: Any) -> Any:
     body = _aimed(path, body)
     if not isinstance(body, dict):
         return body
+    if path.startswith("/v1beta/"):
+        return {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": MAX_TOKENS}}
     body = {k: v for k, v in body.items() if k not in CHECKED_AFTER_DECODING}
     if "prompt" in body or path == "/v1/completions":
         body["prompt"] = body["prompt"] if isinstance(body.get("prompt"), str) else "hi"
@@ -115,10 +131,18 @@ def flatmap_body(context: Any, body: Any) -> st.SearchStrategy:
     return st.sampled_from([_aimed(path, body), body, _servable(path, body)])
 
 
+def flatmap_path_parameters(context: Any, parameters: Any) -> st.SearchStrategy:
+    """A Gemini path's model as generated (mostly a 404) or the served one."""
+    if isinstance(parameters, dict) and "model" in parameters:
+        return st.sampled_from([parameters, {**parameters, "model": SERVED}])
+    return st.just(parameters)
+
+
 @pytest.fixture(scope="module")
 def gateway_schema(topology):
     schema = schemathesis.openapi.from_url(topology.gateway_url + "/openapi.json", config=schemathesis.Config())
     schema.hook(flatmap_body)
+    schema.hook(flatmap_path_parameters)
     return schema
 
 
@@ -164,6 +188,11 @@ VALID = {
     "/v1/messages/count_tokens": {"model": SERVED, "messages": HI},
     "/v1/responses": {"model": SERVED, "max_output_tokens": 2, "input": "hi"},
     "/v1/responses/input_tokens": {"model": SERVED, "input": "hi"},
+    "/v1beta/models/synthetic:generateContent": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                                                 "generationConfig": {"maxOutputTokens": 2}},
+    "/v1beta/models/synthetic:streamGenerateContent?alt=sse": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                                                              "generationConfig": {"maxOutputTokens": 2}},
+    "/v1beta/models/synthetic:countTokens": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
 }
 
 
@@ -316,15 +345,52 @@ RESPONSES = {
     "metadata not strings": {"metadata": {"a": 1}},
     "junk in a stream": {"stream": True, "tool_choice": "sometimes"},
 }
+GEMINI_JUNK = {
+    "contents a string": {"contents": "hi"},
+    "contents of numbers": {"contents": [1, 2]},
+    "empty contents": {"contents": []},
+    "unknown role": {"contents": [{"role": "wizard", "parts": [{"text": "hi"}]}]},
+    "parts a string": {"contents": [{"role": "user", "parts": "hi"}]},
+    "part text a number": {"contents": [{"role": "user", "parts": [{"text": 5}]}]},
+    "an image part": {"contents": [{"role": "user", "parts": [{"inlineData": {"mimeType": "image/png", "data": "AA=="}}]}]},
+    "functionCall args a string": {"contents": [{"role": "model", "parts": [{"functionCall": {"name": "f", "args": "x"}}]}]},
+    "functionCall args nested deep": {"contents": [{"role": "model", "parts": [{"functionCall": {"name": "f", "args": nested(100)}}]}]},
+    "functionResponse response a list": {"contents": [{"role": "user", "parts": [{"functionResponse": {"name": "f", "response": []}}]}]},
+    "systemInstruction a string": {"systemInstruction": "be brief"},
+    "tools a string": {"tools": "x"},
+    "declaration without name": {"tools": [{"functionDeclarations": [{"description": "x"}]}]},
+    "parameters a string": {"tools": [{"functionDeclarations": [{"name": "f", "parameters": "x"}]}]},
+    "parameters with a 100-bit integer": {"tools": [{"functionDeclarations": [{"name": "f", "parameters": {"maximum": 2**100}}]}]},
+    "calling mode unknown": {"toolConfig": {"functionCallingConfig": {"mode": "SOMETIMES"}}},
+    "allowed name not declared": {"tools": [{"functionDeclarations": [{"name": "f"}]}],
+                                  "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["g"]}}},
+    "generationConfig a list": {"generationConfig": [1]},
+    "maxOutputTokens zero": {"generationConfig": {"maxOutputTokens": 0}},
+    "maxOutputTokens huge": {"generationConfig": {"maxOutputTokens": 10**30}},
+    "maxOutputTokens a string": {"generationConfig": {"maxOutputTokens": "ten"}},
+    "temperature out of range": {"generationConfig": {"temperature": 9}},
+    "topP zero": {"generationConfig": {"topP": 0}},
+    "two candidates": {"generationConfig": {"candidateCount": 2}},
+    "too many stops": {"generationConfig": {"stopSequences": ["a", "b", "c", "d", "e", "f"]}},
+    "seed above 64 bits": {"generationConfig": {"seed": 2**70}},
+    "an unknown mime type": {"generationConfig": {"responseMimeType": "application/yaml"}},
+    "a schema without the json mime type": {"generationConfig": {"responseSchema": {"type": "STRING"}}},
+    "responseJsonSchema a string": {"generationConfig": {"responseMimeType": "application/json", "responseJsonSchema": "x"}},
+    "responseSchema nested deep": {"generationConfig": {"responseMimeType": "application/json", "responseSchema": nested(100)}},
+    "image output": {"generationConfig": {"responseModalities": ["IMAGE"]}},
+}
+GEMINI_COUNT_READS = ("contents",)  # countTokens with `contents` reads nothing else
 COUNT_ONLY = ("max_tokens", "temperature", "top_k", "stop_sequences")  # fields count_tokens does not read: junk there is ignored
 
 
 def _junk_cases() -> list[Any]:
     cases = []
     for path, valid in VALID.items():
-        table = COMPLETIONS if path == "/v1/completions" else RESPONSES if path.startswith("/v1/responses") else {
-            **CHAT_LIKE, **(OPENAI_ONLY if path in OPENAI else ANTHROPIC_ONLY)}
+        table = COMPLETIONS if path == "/v1/completions" else RESPONSES if path.startswith("/v1/responses") else \
+            GEMINI_JUNK if path.startswith("/v1beta/") else {**CHAT_LIKE, **(OPENAI_ONLY if path in OPENAI else ANTHROPIC_ONLY)}
         for name, change in table.items():
+            if path.endswith(":countTokens") and not set(change) <= set(GEMINI_COUNT_READS):
+                continue
             if path.endswith("count_tokens") and set(change) <= set(COUNT_ONLY):
                 continue
             if path.endswith("input_tokens") and not set(change) <= {"input", "model", "tools", "previous_response_id"}:

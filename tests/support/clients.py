@@ -1,4 +1,5 @@
-"""The real agent clients the end-to-end tests drive, as installed by `make clients` (clients/package.json).
+"""The real agent clients the end-to-end tests drive, as installed by `make clients` (clients/package.json):
+Claude Code, Codex CLI and Gemini CLI.
 
 Claude Code runs headless with `claude -p PROMPT --output-format json` against ANTHROPIC_BASE_URL. It needs
 no onboarding or login in -p mode: an API key in the environment and a HOME it can write are enough.
@@ -12,6 +13,7 @@ and `--permission-mode bypassPermissions` are refused when running as root unles
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -188,3 +190,84 @@ def codex_events(stdout: str) -> list[dict]:
     """The --json events of a run: thread.started, turn.started, item.started/completed (file_change,
     command_execution, agent_message, ...), then turn.completed {usage} or turn.failed {error}."""
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+# ========================================================================================= Gemini CLI
+# `gemini -p PROMPT --output-format json` runs one headless turn; its stdout is one JSON object (`response`,
+# `stats` with per-model request counts and per-tool decisions; on failure `error`). API-key auth needs the
+# choice written down: with GOOGLE_GEMINI_BASE_URL alone the CLI picks its "gateway" auth type, which its
+# headless check refuses ("Invalid auth method selected"), so settings.json selects `gemini-api-key` and the
+# key comes from GEMINI_API_KEY (sent as x-goog-api-key). Telemetry, usage statistics, auto-update and
+# folder trust are off in that file; GEMINI_CLI_NO_RELAUNCH keeps it one process (it otherwise re-execs
+# node with a larger heap).
+#
+# Models: without -m the CLI routes each turn with a classifier request (a JSON-schema generateContent to a
+# flash-lite model) before the main one; `-m MODEL` bypasses the router, and every request goes to MODEL.
+# Tools: headless default approval offers only read-only tools (read_file, list_directory, glob,
+# grep_search, google_web_search, ...), which run without asking; `--yolo` (`--approval-mode yolo`) adds
+# run_shell_command, write_file, replace, web_fetch and approves them all. The CLI calls only
+# POST {base}/v1beta/models/{model}:streamGenerateContent?alt=sse (and :generateContent for side requests).
+
+GEMINI_SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+    "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+}
+
+
+def gemini_bin() -> Path:
+    """The pinned Gemini CLI (a node bundle)."""
+    path = CLIENTS / "node_modules" / ".bin" / "gemini"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `make clients` (npm ci --prefix clients) first")
+    return path
+
+
+def gemini_env(base_url: str, api_key: str, home: str | os.PathLike[str], settings: dict | None = None,
+               **extra: str) -> dict[str, str]:
+    """Write `home`/.gemini/settings.json (GEMINI_SETTINGS, `settings` over it) and return the environment
+    for a headless, offline `gemini -p` against `base_url` (no /v1beta: the SDK appends it). Built from
+    nothing, like `claude_env`."""
+    Path(home, ".gemini").mkdir(parents=True, exist_ok=True)
+    Path(home, ".gemini", "settings.json").write_text(json.dumps({**GEMINI_SETTINGS, **(settings or {})}, indent=2))
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),  # run_shell_command needs a shell
+        "HOME": os.fspath(home),
+        "GEMINI_API_KEY": api_key,
+        "GOOGLE_GEMINI_BASE_URL": base_url,
+        "GEMINI_CLI_NO_RELAUNCH": "true",
+    }
+    env.update(extra)
+    return env
+
+
+def gemini_args(prompt: str, *, model: str | None = None, yolo: bool = False, extra: tuple[str, ...] = ()) -> list[str]:
+    return [os.fspath(gemini_bin()), "-p", prompt, "--output-format", "json", *(("-m", model) if model else ()),
+            *(("--yolo",) if yolo else ()), *extra]
+
+
+def gemini_run(base_url: str, workspace: str | os.PathLike[str], prompt: str, *, api_key: str = "gk-dummy",
+               model: str | None = None, yolo: bool = False, timeout: float = 180, extra: tuple[str, ...] = (),
+               settings: dict | None = None, **env: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """One headless run in `workspace` with a fresh HOME: the process and its JSON result ({} if none). The
+    CLI runs in its own session, killed with everything it started if it outlives `timeout`."""
+    with tempfile.TemporaryDirectory() as home:
+        proc = subprocess.Popen(gemini_args(prompt, model=model, yolo=yolo, extra=extra),
+                                env=gemini_env(base_url, api_key, home, settings, **env), cwd=workspace, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, err = proc.communicate()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)  # anything it left behind (a shell tool's children)
+    run = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    text = out.strip() or err.strip()
+    try:
+        result = json.loads(text[text.index("{"):]) if "{" in text else {}
+    except ValueError:
+        result = {}
+    return run, result

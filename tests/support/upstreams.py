@@ -1,4 +1,4 @@
-"""Scripted upstreams: small real HTTP servers that speak the Anthropic and OpenAI wires.
+"""Scripted upstreams: small real HTTP servers that speak the Anthropic, OpenAI and Gemini wires.
 
 A test points fak (or an SDK, or a real client) at one of them, scripts what it answers, and reads back
 exactly what it received:
@@ -8,7 +8,7 @@ exactly what it received:
         ...
         assert up.requests[0].json()["model"] == "claude-x"
 
-Each model call (POST /v1/messages, POST /v1/chat/completions) takes the next reply of the script; other
+Each model call (POST /v1/messages, POST /v1/chat/completions, POST …/models/{m}:generateContent) takes the next reply of the script; other
 endpoints (count_tokens, /v1/models, anything unknown) answer without consuming one. A reply is a
 `Message` (text, tool-use and thinking blocks), an `Error` (status, body, retry-after), a `Delay` around
 another reply, or a `Cut` (the response is dropped midway). Instead of a list the script can be a function
@@ -273,7 +273,7 @@ class ScriptedUpstream:
         gone.set()
 
     async def _respond(self, req: RecordedRequest, send: Callable, gone: asyncio.Event) -> None:
-        if req.method == "POST" and req.path in self.model_paths:
+        if self.is_model_call(req):
             reply = self._next_reply(req)
         else:
             reply = self.other(req)
@@ -285,18 +285,20 @@ class ScriptedUpstream:
                 break
             reply = reply.then
         payload = _json_object(req.body)
+        streamed = self.streams(req, payload)
         match reply:
             case Error():
                 await self._send_error(send, reply)
-            case Message() if payload.get("stream"):
-                await self._send_stream(send, self.stream_events(reply, payload), reply.pace_s, None, gone)
+            case Message() if streamed:
+                await self._send_stream(send, self.events(reply, req, payload), reply.pace_s, None, gone,
+                                        self.stream_media_type(req))
             case Message():
-                await _send_json(send, 200, self.encode(reply, payload))
-            case Cut() if payload.get("stream"):
-                await self._send_stream(send, self.stream_events(reply.then, payload), reply.then.pace_s,
-                                        reply.after_events, gone)
+                await _send_json(send, 200, self.body(reply, req, payload))
+            case Cut() if streamed:
+                await self._send_stream(send, self.events(reply.then, req, payload), reply.then.pace_s,
+                                        reply.after_events, gone, self.stream_media_type(req))
             case Cut():
-                raw = json.dumps(self.encode(reply.then, payload)).encode()
+                raw = json.dumps(self.body(reply.then, req, payload)).encode()
                 await send({"type": "http.response.start", "status": 200,
                             "headers": [(b"content-type", b"application/json")]})
                 await send({"type": "http.response.body", "body": raw[: len(raw) // 2], "more_body": True})
@@ -323,9 +325,9 @@ class ScriptedUpstream:
         await send({"type": "http.response.body", "body": raw})
 
     async def _send_stream(self, send: Callable, events: Iterator[bytes], pace_s: float, cut_after: int | None,
-                           gone: asyncio.Event) -> None:
+                           gone: asyncio.Event, media_type: str = "text/event-stream") -> None:
         await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+                    "headers": [(b"content-type", media_type.encode()), (b"cache-control", b"no-cache")]})
         for n, event in enumerate(events):
             if cut_after is not None and n >= cut_after:
                 raise _CutStream
@@ -342,6 +344,22 @@ class ScriptedUpstream:
             return f"{prefix}{self._ids:04d}"
 
     # -------------------------------------------------------------------- what a wire must define
+
+    def is_model_call(self, req: RecordedRequest) -> bool:
+        return req.method == "POST" and req.path in self.model_paths
+
+    def streams(self, req: RecordedRequest, payload: dict) -> bool:
+        """Whether the reply to a model call is a stream (the Anthropic and OpenAI wires: `stream` in the body)."""
+        return bool(payload.get("stream"))
+
+    def stream_media_type(self, req: RecordedRequest) -> str:
+        return "text/event-stream"
+
+    def events(self, m: Message, req: RecordedRequest, payload: dict) -> Iterator[bytes]:
+        return self.stream_events(m, payload)
+
+    def body(self, m: Message, req: RecordedRequest, payload: dict) -> dict:
+        return self.encode(m, payload)
 
     def other(self, req: RecordedRequest) -> Reply:
         """The answer to anything that is not a model call: by default a 404 in the wire's shape."""
@@ -545,5 +563,122 @@ class OpenAIUpstream(ScriptedUpstream):
         yield b"data: [DONE]\n\n"
 
 
-__all__ = ["AnthropicUpstream", "Cut", "Delay", "Error", "Message", "OpenAIUpstream", "RecordedRequest", "Reply",
+# ================================================================================= Gemini wire
+
+_GEMINI_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                  429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+_GEMINI_MODEL_CALL = re.compile(r"^/v1(beta)?/models/[^/:]+:(generateContent|streamGenerateContent)$")
+
+
+class GeminiUpstream(ScriptedUpstream):
+    """The Gemini API (generativelanguage.googleapis.com): POST /v1beta/models/{model}:generateContent and
+    :streamGenerateContent (SSE with ?alt=sse, else one JSON array sent piece by piece), :countTokens,
+    GET /v1beta/models and /v1beta/models/{model}; also under /v1/. The key arrives as x-goog-api-key or ?key=.
+
+    A ToolUse becomes a `functionCall` part (with `id` only when the block names one, as Gemini 2.x sends
+    none), a Thinking block a `thought: true` text part; every reply's finishReason is STOP unless the
+    message's stop_reason says max_tokens."""
+
+    def __init__(self, replies: Script = (), *, models: tuple[str, ...] = ("gemini-2.5-flash",),
+                 count_tokens: int | None = None, **kw: Any):
+        super().__init__(replies, **kw)
+        self.models, self.count_tokens = models, count_tokens
+
+    def is_model_call(self, req: RecordedRequest) -> bool:
+        return req.method == "POST" and bool(_GEMINI_MODEL_CALL.match(req.path))
+
+    def streams(self, req: RecordedRequest, payload: dict) -> bool:
+        return req.path.endswith(":streamGenerateContent")
+
+    def stream_media_type(self, req: RecordedRequest) -> str:
+        return "text/event-stream" if "alt=sse" in req.query else "application/json"
+
+    def model_of(self, req: RecordedRequest) -> str:
+        return req.path.rsplit("/", 1)[-1].split(":", 1)[0]
+
+    def _model(self, name: str) -> dict:
+        return {"name": f"models/{name}", "version": "001", "displayName": name, "description": "scripted",
+                "inputTokenLimit": 1048576, "outputTokenLimit": 65536,
+                "supportedGenerationMethods": ["generateContent", "countTokens"], "temperature": 1, "topP": 0.95,
+                "topK": 64, "maxTemperature": 2, "thinking": True}
+
+    def other(self, req: RecordedRequest) -> Reply:
+        path = re.sub(r"^/v1(beta)?", "", req.path)
+        if req.method == "POST" and path.endswith(":countTokens"):
+            n = self.count_tokens if self.count_tokens is not None else max(1, len(req.body) // 4)
+            return Error(200, {"totalTokens": n, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": n}]})
+        if req.method == "GET" and path == "/models":
+            return Error(200, {"models": [self._model(m) for m in self.models]})
+        if req.method == "GET" and path.startswith("/models/") and path[len("/models/"):] in self.models:
+            return Error(200, self._model(path[len("/models/"):]))
+        return super().other(req)
+
+    def error_body(self, status: int, message: str) -> Any:
+        return {"error": {"code": status, "message": message,
+                          "status": _GEMINI_STATUS.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")}}
+
+    def _parts(self, m: Message) -> list[dict]:
+        out: list[dict] = []
+        for b in m.blocks:
+            match b:
+                case Text():
+                    out.append({"text": b.text})
+                case ToolUse():
+                    call: dict[str, Any] = {"name": b.name, "args": b.input}
+                    if b.id:
+                        call["id"] = b.id
+                    out.append({"functionCall": call})
+                case Thinking():
+                    out.append({"text": b.thinking, "thought": True})
+        return out
+
+    def _usage(self, m: Message) -> dict:
+        u = m.usage or self.usage
+        prompt = u.input_tokens + u.cache_read_input_tokens
+        usage = {"promptTokenCount": prompt, "candidatesTokenCount": u.output_tokens,
+                 "totalTokenCount": prompt + u.output_tokens,
+                 "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}]}
+        if u.cache_read_input_tokens:
+            usage["cachedContentTokenCount"] = u.cache_read_input_tokens
+        return usage
+
+    def _finish(self, m: Message) -> str:
+        return "MAX_TOKENS" if m.stop_reason == "max_tokens" else "STOP"
+
+    def _response(self, parts: list[dict], model: str, finish: str | None, usage: dict | None) -> dict:
+        candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
+        if finish:
+            candidate["finishReason"] = finish
+        out: dict[str, Any] = {"candidates": [candidate], "modelVersion": model, "responseId": self.next_id("scripted-")}
+        if usage:
+            out["usageMetadata"] = usage
+        return out
+
+    def encode(self, m: Message, request: dict) -> dict:
+        return self._response(self._parts(m), "scripted", self._finish(m), self._usage(m))
+
+    def body(self, m: Message, req: RecordedRequest, payload: dict) -> dict:
+        return {**self.encode(m, payload), "modelVersion": self.model_of(req)}
+
+    def events(self, m: Message, req: RecordedRequest, payload: dict) -> Iterator[bytes]:
+        model = self.model_of(req)
+        pieces: list[dict] = []
+        for part in self._parts(m):
+            if "text" in part:
+                pieces += [{**part, "text": p} for p in _pieces(part["text"])]
+            else:
+                pieces.append(part)  # Gemini sends a function call whole, in one chunk
+        chunks = [self._response([p], model, None, None) for p in pieces] or [self._response([{"text": ""}], model, None, None)]
+        chunks[-1]["candidates"][0]["finishReason"] = self._finish(m)
+        chunks[-1]["usageMetadata"] = self._usage(m)
+        if "alt=sse" in req.query:
+            for c in chunks:
+                yield b"data: " + json.dumps(c).encode() + b"\r\n\r\n"
+            return
+        for i, c in enumerate(chunks):  # the JSON array, one element a write
+            yield (b"[" if i == 0 else b",\r\n") + json.dumps(c).encode()
+        yield b"]"
+
+
+__all__ = ["AnthropicUpstream", "Cut", "Delay", "Error", "GeminiUpstream", "Message", "OpenAIUpstream", "RecordedRequest", "Reply",
            "ScriptedUpstream", "Text", "Thinking", "ToolUse", "Usage", "error", "text", "tool_use"]

@@ -25,6 +25,14 @@ The grammar, with every field optional:
         rate: 5/minute
       transfer_money:
         schema: {type: object, properties: {amount: {type: number, maximum: 100}}}
+    screening:                 # this key's tool-result screening (the adjudicator decides with it)
+      inline_threshold: 0.5    # instead of FAK_SCREEN_THRESHOLD; model_threshold: FAK_SCREEN_MODEL_THRESHOLD
+      mode: quarantine         # quarantine | flag (verdicts computed and audited, the content passes)
+      quarantine: spans        # whole | spans (only the offending characters are replaced)
+      allow:                   # not screened: audited as clean, detector "allowlist"
+        tools: [get_weather, "docs_*"]    # tool names or globs
+        sources: [fs]          # MCP servers: the results of every fs__<tool>
+        blocks: [b0123456789abcdef0123456789abcdef]   # block ids (content hashes) from the audit log
 
 Argument constraints: `regex` (full match), `enum`, `min` / `max`, `prefix` (path prefix, after
 normalising `..`), `schema` (JSON Schema of the argument), `required`. A list argument must satisfy the
@@ -32,8 +40,8 @@ constraint element by element. "ask" is a denial whose reason says a human must 
 speaks can pause a call for approval.
 """
 
-from fakcore.policy.language import ACTIONS, Decision, Policy, PolicyError, parse
+from fakcore.policy.language import ACTIONS, Decision, Policy, PolicyError, Screening, parse
 from fakcore.policy.store import PolicySet, PolicyStore, RateLimiter, key_id, load, load_set
 
-__all__ = ["ACTIONS", "Decision", "Policy", "PolicyError", "PolicySet", "PolicyStore", "RateLimiter", "key_id", "load",
-           "load_set", "parse"]
+__all__ = ["ACTIONS", "Decision", "Policy", "PolicyError", "PolicySet", "PolicyStore", "RateLimiter", "Screening", "key_id",
+           "load", "load_set", "parse"]

@@ -8,6 +8,8 @@ operator can find the line in the file from a refusal or an audit record.
 from __future__ import annotations
 
 import fnmatch
+import functools
+import hashlib
 import json
 import math
 import posixpath
@@ -138,6 +140,57 @@ class ToolRule:
     rate: Rate | None = None
 
 
+SCREEN_MODES = ("quarantine", "flag")
+REPLACE_MODES = ("whole", "spans")
+_BLOCK = re.compile(r"b[0-9a-f]{32}")  # protocol.block_id
+
+
+@dataclass(frozen=True)
+class Screening:
+    """The `screening:` section: how this key's tool results are screened and what a quarantine does.
+
+    The adjudicator decides with it (thresholds, allowlist, mode); the gateway reads it to apply the verdicts
+    it already holds (`replace`) and to know when those must be judged again for this key (`changes_verdicts`).
+    """
+
+    inline_threshold: float | None = None  # None: FAK_SCREEN_THRESHOLD
+    model_threshold: float | None = None  # None: FAK_SCREEN_MODEL_THRESHOLD
+    mode: str = "quarantine"  # quarantine | flag (verdicts computed and audited, nothing withheld or published)
+    replace: str = "whole"  # YAML `quarantine:` whole | spans (only the offending characters are replaced)
+    allow_tools: tuple[str, ...] = ()  # tool names or globs whose results are not screened
+    allow_sources: tuple[str, ...] = ()  # MCP server names or globs: every `<server>__<tool>`'s results
+    allow_blocks: frozenset[str] = frozenset()  # block ids (content hashes) that are not screened
+
+    @property
+    def changes_verdicts(self) -> bool:
+        """Whether a verdict for this key may differ from what the settings alone give."""
+        return (self.inline_threshold is not None or self.model_threshold is not None or self.mode == "flag"
+                or bool(self.allow_tools or self.allow_sources or self.allow_blocks))
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """Names what decides verdicts in this section: equal sections, equal verdicts (`replace` aside)."""
+        what = [self.inline_threshold, self.model_threshold, self.mode, sorted(self.allow_tools), sorted(self.allow_sources),
+                sorted(self.allow_blocks)]
+        return "s" + hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+
+    def allowed(self, tool: str, block: str, kind: str = "tool_result") -> str:
+        """The allowlist rule that exempts this result from screening, '' when none does. Tools and sources
+        exempt tool results only: a tool's description (MCP tool poisoning) is exempt by its block alone."""
+        if block in self.allow_blocks:
+            return "screening.allow.blocks"
+        if kind != "tool_result":
+            return ""
+        for t in self.allow_tools:
+            if tool == t or fnmatch.fnmatchcase(tool, t):
+                return f"screening.allow.tools.{t}"
+        server = tool.split("__", 1)[0] if "__" in tool else None
+        for s in self.allow_sources:
+            if server is not None and fnmatch.fnmatchcase(server, s):
+                return f"screening.allow.sources.{s}"
+        return ""
+
+
 @dataclass(frozen=True)
 class Policy:
     default: str = "allow"
@@ -146,6 +199,7 @@ class Policy:
     rate: Rate | None = None
     tools: tuple[ToolRule, ...] = ()
     source: str = "<built-in>"
+    screening: Screening = field(default_factory=Screening)
 
     def rule_for(self, tool: str) -> ToolRule | None:
         for r in self.tools:
@@ -341,12 +395,55 @@ def _tool(w: _Where, name: str, spec: Any) -> ToolRule:
     )
 
 
+def _threshold(w: _Where, path: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise w.fail(path, f"{value!r} is not a number in (0, 1]")
+    return float(value)
+
+
+def _names(w: _Where, path: str, value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(x, str) and x.strip() for x in value):
+        raise w.fail(path, f"expected a list of {what}")
+    return tuple(value)
+
+
+def _screening(w: _Where, value: Any) -> Screening:
+    if value is None:
+        return Screening()
+    spec = _mapping(w, "screening", value, {"inline_threshold", "model_threshold", "mode", "quarantine", "allow"})
+    kw: dict[str, Any] = {}
+    for name in ("inline_threshold", "model_threshold"):
+        if spec.get(name) is not None:
+            kw[name] = _threshold(w, f"screening.{name}", spec[name])
+    for name, attr, choices in (("mode", "mode", SCREEN_MODES), ("quarantine", "replace", REPLACE_MODES)):
+        if name in spec:
+            if spec[name] not in choices:
+                raise w.fail(f"screening.{name}", f"{spec[name]!r} is not one of {', '.join(choices)}")
+            kw[attr] = spec[name]
+    allow = _mapping(w, "screening.allow", spec.get("allow") or {}, {"tools", "sources", "blocks"})
+    if "tools" in allow:
+        kw["allow_tools"] = _names(w, "screening.allow.tools", allow["tools"], "tool names or globs")
+    if "sources" in allow:
+        kw["allow_sources"] = _names(w, "screening.allow.sources", allow["sources"], "MCP server names or globs")
+        bad = [s for s in kw["allow_sources"] if "__" in s]
+        if bad:
+            raise w.fail("screening.allow.sources", f"{bad[0]!r}: a source is an MCP server's name (its tools are "
+                                                    "<server>__<tool>); list tools under screening.allow.tools")
+    if "blocks" in allow:
+        blocks = _names(w, "screening.allow.blocks", allow["blocks"], "block ids")
+        bad = [b for b in blocks if not _BLOCK.fullmatch(b)]
+        if bad:
+            raise w.fail("screening.allow.blocks", f"{bad[0]!r} is not a block id ('b' + 32 hex digits, as in the audit log)")
+        kw["allow_blocks"] = frozenset(blocks)
+    return Screening(**kw)
+
+
 def parse(doc: Any, source: str = "<policy>") -> Policy:
     """A policy from a parsed YAML document; PolicyError names the first problem."""
     w = _Where(source)
     if doc is None:
         doc = {}
-    doc = _mapping(w, "", doc, {"version", "default", "sinks", "untrusted", "rate", "tools"})
+    doc = _mapping(w, "", doc, {"version", "default", "sinks", "untrusted", "rate", "tools", "screening"})
     if doc.get("version", 1) != 1:
         raise w.fail("version", f"{doc['version']!r}: this fak reads policy version 1")
     sinks = doc.get("sinks", list(DEFAULT_SINKS))
@@ -362,4 +459,5 @@ def parse(doc: Any, source: str = "<policy>") -> Policy:
         rate=parse_rate(w, "rate", doc["rate"]) if doc.get("rate") is not None else None,
         tools=tuple(_tool(w, str(k), v) for k, v in tools.items()),
         source=source,
+        screening=_screening(w, doc.get("screening")),
     )

@@ -1,8 +1,9 @@
 """The model stage: a small linear classifier over hashed character and word n-grams, scored window by window.
 
-Why this model: it ships inside fak's own wheel (`fakcore/data/screening/ngram-lr.npz`, ~1 MB), needs
-numpy only, scores a tool result in about a millisecond on one core, and catches what the rules cannot
-enumerate (social engineering without trigger words, paraphrases, other languages). It is trained by
+Why this model: it ships inside fak's own wheel (`fakcore/data/screening/ngram-lr.npz`, 0.7 MB), needs
+numpy only, scores a typical tool result (under 1k characters) in about a millisecond on one core (4k
+characters: ~5 ms), and catches what the rules cannot enumerate (social engineering without trigger
+words, paraphrases, other languages). It is trained by
 `python -m bench screening --train` on fak's own corpus (bench/screening_corpus.py), never on a
 benchmark's data.
 
@@ -10,12 +11,14 @@ benchmark's data.
           -> per segment, Unicode code points, lower-cased; format characters (ZWJ…) dropped, whitespace
              runs made one space, digits made '0' (an amount or an IBAN is no word)
           -> windows of WINDOW units, stride WINDOW/2 (a CJK character counts 3 units, any other 1: an
-             injection is a sentence in a long document, and a CJK sentence is a third as long)
+             injection is a sentence in a long document, and a CJK sentence is a third as long), and one
+             window per clause (a line, a field value, a sentence)
           -> per window: hashed char 2-5-grams + word 1-2-grams mod DIM, log(1+count), L2-normalised  x
           -> p = sigmoid(w·x + b); a result's score is the max over its windows
 
-Hashing: polynomial hashes of any substring from one prefix sum (mod 2^64, numpy wraps), so every
-n-gram and every word is hashed in a few vector operations; a splitmix finaliser spreads the bits.
+Hashing: polynomial hashes mod 2^64 (numpy wraps): a char n-gram's from the (n-1)-gram's, a word's from
+one prefix sum; a splitmix finaliser spreads the bits. `window_scores` gives each window's probability
+with its span in the revealed text, so the screener can name what it quarantined.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 
 from fakcore.screening.normalize import reveal
 
-FEATURES = "chars2-5+words1-2/v2"  # what `windows` computes; a weights file names the features it was trained on
+FEATURES = "chars2-5+words1-2/windows+clauses/v3"  # what `windows` computes; a weights file names its own
 _BITS = 19
 DIM = 1 << _BITS  # hashed feature space
 CHAR_NGRAMS = (2, 3, 4, 5)
@@ -41,7 +44,19 @@ _SALT = {k: np.uint64((0x9E3779B97F4A7C15 * (i + 1)) & (2**64 - 1)) for i, k in 
 # dropped before featurising: zero-width and joiner characters, bidi controls, soft hyphen, BOM
 _FORMAT = np.array([0x00AD, 0x180E, *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2065),
                     *range(0x2066, 0x206A), 0xFEFF], np.uint32)
+MIN_CLAUSE = 16  # characters: a shorter clause (a label, a name, a number) is too little to judge alone
+# per code point below 0x10000, for `_clauses`: 1 separator, 2 whitespace (as the regex \s), 4 . ! ?, 8 。！？
+_CLAUSE = np.zeros(0x10000, np.uint8)
+_CLAUSE[[ord(c) for c in '\n"<>;|']] |= 1
+_CLAUSE[[c for c in range(0x3001) if chr(c).isspace()]] |= 2
+_CLAUSE[[ord(c) for c in ".!?"]] |= 4
+_CLAUSE[[ord(c) for c in "。！？"]] |= 8
 _SPACE = np.array([0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0xA0, 0x3000], np.uint32)
+# per code point below 0x10000 (all of the above are): 1 dropped, 2 whitespace (a lookup beats np.isin)
+_CLASS = np.zeros(0x10000, np.uint8)
+_CLASS[_FORMAT] = 1
+_CLASS[_SPACE] = 2
+_LOG1P = np.log1p(np.arange(4096, dtype=np.float32))  # a window's count of one feature stays far below
 
 
 def _mix(h: np.ndarray, salt: np.uint64) -> np.ndarray:
@@ -66,19 +81,21 @@ class Segment:
     cp: np.ndarray  # (n,) uint64 code points after normalisation
     pos: np.ndarray  # (n,) int64 offset of each in the source text
     units: np.ndarray  # (n + 1,) int64 cumulative window units before each character
+    raw: np.ndarray  # (len(source),) uint32 code points of the source text, lower-cased
 
 
 def segment(text: str) -> Segment:
-    cp = np.frombuffer(_lower(text).encode("utf-32-le", "surrogatepass"), np.uint32)
-    pos = np.nonzero(~np.isin(cp, _FORMAT))[0]
+    raw = cp = np.frombuffer(_lower(text).encode("utf-32-le", "surrogatepass"), np.uint32)
+    cls = _CLASS[np.minimum(cp, 0xFFFF)]  # 0xFFFF is neither
+    pos = np.flatnonzero(cls != 1)
     cp = cp[pos]
-    ws = np.isin(cp, _SPACE)
+    ws = cls[pos] == 2
     keep = ~(ws & np.concatenate([[True], ws[:-1]]))  # one space per run (and none leading)
     cp, pos = cp[keep].copy(), pos[keep]
     cp[ws[keep]] = 0x20
     cp[(cp >= 0x30) & (cp <= 0x39)] = 0x30
     units = np.concatenate([[0], np.cumsum(np.where(cp >= CJK, 3, 1))])
-    return Segment(cp.astype(np.uint64), pos.astype(np.int64), units)
+    return Segment(cp.astype(np.uint64), pos.astype(np.int64), units, raw)
 
 
 def _prefix(cp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,11 +122,13 @@ def _grams(seg: Segment) -> tuple[np.ndarray, np.ndarray]:
     """(start character, feature index) of every char n-gram and word 1-2-gram of a segment."""
     n = len(seg.cp)
     with np.errstate(over="ignore"):
-        s, pw = _prefix(seg.cp)
         grams = []
-        for g in CHAR_NGRAMS:
-            a = np.arange(0, max(n - g + 1, 0))
-            grams.append((a, _mix(_substr(s, pw, a, a + g), _SALT[f"c{g}"])))
+        h = seg.cp
+        for g in range(2, max(CHAR_NGRAMS) + 1):  # the hash of cp[i:i+g], from that of cp[i:i+g-1]
+            h = h[:n - g + 1] * _P + seg.cp[g - 1:]
+            if g in CHAR_NGRAMS:
+                grams.append((np.arange(n - g + 1), _mix(h, _SALT[f"c{g}"])))
+        s, pw = _prefix(seg.cp)
         edge = np.diff(np.concatenate([[False], _is_word(seg.cp), [False]]).astype(np.int8))
         ws, we = np.nonzero(edge == 1)[0], np.nonzero(edge == -1)[0]
         if ws.size:
@@ -119,13 +138,45 @@ def _grams(seg: Segment) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([a for a, _ in grams]), np.concatenate([f for _, f in grams])
 
 
-def featurise(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]]:
-    """The text's windows as one sparse matrix: (window, feature index, value) triples sorted by window,
-    values L2-normalised per window, and each window's (start, end) character offsets in
-    `reveal(text).text`; a window of a decoded layer (it has no place in the text) spans all of it.
+def _clauses(seg: Segment) -> tuple[np.ndarray, np.ndarray]:
+    """The clauses of a segment as [start, end) indices into its normalised characters: the text between
+    line breaks, quotes, tags, cell separators and sentence ends (a field value, a sentence, a line), of at
+    least MIN_CLAUSE characters and at most one window. Vectorised, and the same as splitting the source
+    at the regex `[\\n"<>;|]+|(?<=[.!?])\\s+|(?<=[。！？])`."""
+    raw = seg.raw
+    n = len(raw)
+    if n < MIN_CLAUSE:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    kind = _CLAUSE[np.minimum(raw, 0xFFFF)]
+    sep, ws, end, cjk_end = (kind & 1) > 0, (kind & 2) > 0, (kind & 4) > 0, (kind & 8) > 0
+    # a whitespace run right after . ! ? is a boundary, unless it begins with a separator (that run is)
+    idx = np.arange(n)
+    before = np.maximum.accumulate(np.where(ws, -1, idx))  # the last non-whitespace at or before each
+    run_start = before + 1
+    after_end = (before >= 0) & end[np.maximum(before, 0)] & ~sep[np.minimum(run_start, n - 1)]
+    bnd = sep | (ws & after_end)
+    body = ~bnd
+    cut_before = np.concatenate([[True], bnd[:-1] | cjk_end[:-1]])
+    cut_after = np.concatenate([bnd[1:] | cjk_end[:-1], [True]])
+    starts = np.flatnonzero(body & cut_before)
+    ends = np.flatnonzero(body & cut_after) + 1
+    long = ends - starts >= MIN_CLAUSE
+    c0 = np.searchsorted(seg.pos, starts[long])
+    c1 = np.searchsorted(seg.pos, ends[long])
+    ok = (c1 - c0 >= 2) & (seg.units[c1] - seg.units[c0] <= WINDOW)
+    return c0[ok], c1[ok]
 
-    Window j covers units [j·S, j·S + WINDOW), S = WINDOW/2: an n-gram starting at unit u belongs to
-    windows u//S and u//S - 1, so every window is built at once with one sort."""
+
+def featurise(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int, int]]]:
+    """The text's windows as one sparse matrix: (window, feature index, value) triples sorted by window,
+    values L2-normalised per window, and each window's (start, end, segment): character offsets in
+    `reveal(text).text` and 0, or for a window of a decoded layer (it has no place in the text) the whole
+    text and the layer's number (1, 2, …).
+
+    Two kinds of window: fixed ones, window j covering units [j·S, j·S + WINDOW), S = WINDOW/2 (an n-gram
+    starting at unit u belongs to windows u//S and u//S - 1), and one per clause (`_clauses`: an
+    injection is often one field or one sentence, and alone it is not diluted by the text around it). An
+    n-gram belongs to three windows at most, and all are built at once with one sort."""
     r = reveal(text)
     wins, feats, spans = [], [], []
     for k, seg_text in enumerate([r.text, *(t for _, t in r.layers)]):
@@ -146,18 +197,33 @@ def featurise(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple
         lo = np.arange(count) * stride
         c0 = np.minimum(np.searchsorted(seg.units, lo, side="left"), n - 1)
         c1 = np.maximum(np.minimum(np.searchsorted(seg.units, lo + WINDOW, side="left"), n), c0 + 1)
-        spans += list(zip(seg.pos[c0].tolist(), (seg.pos[c1 - 1] + 1).tolist(), strict=True)) if k == 0 else [(0, len(r.text))] * count
+        spans += [(a, e, 0) for a, e in zip(seg.pos[c0].tolist(), (seg.pos[c1 - 1] + 1).tolist(), strict=True)] if k == 0 \
+            else [(0, len(r.text), k)] * count
+        q0, q1 = _clauses(seg)
+        if len(q0):
+            q = np.searchsorted(q0, at, side="right") - 1
+            ok = (q >= 0) & (at < q1[np.maximum(q, 0)])
+            wins.append(q[ok] + len(spans))
+            feats.append(f[ok])
+            spans += [(a, e, 0) for a, e in zip(seg.pos[q0].tolist(), (seg.pos[q1 - 1] + 1).tolist(), strict=True)] if k == 0 \
+                else [(0, len(r.text), k)] * len(q0)
     if not spans:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), []
-    key, cnt = np.unique((np.concatenate(wins) << _BITS) | np.concatenate(feats), return_counts=True)
+    key = (np.concatenate(wins) << _BITS) | np.concatenate(feats)
+    key = np.sort(key.astype(np.uint32) if len(spans) < 1 << (32 - _BITS) else key)  # 32-bit keys sort faster
+    first = np.concatenate([[True], key[1:] != key[:-1]])
+    starts = np.flatnonzero(first)
+    cnt = np.diff(np.append(starts, len(key)))
+    key = key[starts].astype(np.int64)
     win, feat = key >> _BITS, key & (DIM - 1)
-    val = np.log1p(cnt.astype(np.float32))
+    val = _LOG1P[np.minimum(cnt, len(_LOG1P) - 1)]  # a table: np.log1p itself is a third of the time here
     norm = np.sqrt(np.bincount(win, weights=val * val, minlength=len(spans))).astype(np.float32)
     return win, feat, val / norm[win], spans
 
 
-def windows(text: str) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
-    """Each window of the text as (feature indices, values, start, end); windows without features left out."""
+def windows(text: str) -> list[tuple[np.ndarray, np.ndarray, int, int, int]]:
+    """Each window of the text as (feature indices, values, start, end, segment) (see `featurise`);
+    windows without features left out."""
     win, feat, val, spans = featurise(text)
     cut = np.searchsorted(win, np.arange(len(spans) + 1))
     return [(feat[a:b], val[a:b], *spans[i]) for i, (a, b) in enumerate(zip(cut[:-1], cut[1:], strict=True)) if b > a]
@@ -177,7 +243,7 @@ class NgramModel:
         z = np.bincount(win, weights=self.w[feat] * val, minlength=len(spans)) + self.b
         p = 1.0 / (1.0 + np.exp(-z))
         present = np.bincount(win, minlength=len(spans)) > 0
-        return [(float(p[i]), a, e) for i, (a, e) in enumerate(spans) if present[i]]
+        return [(float(p[i]), a, e) for i, (a, e, _) in enumerate(spans) if present[i]]
 
     def score(self, text: str) -> float:
         return max((p for p, _, _ in self.window_scores(text)), default=0.0)
@@ -202,9 +268,9 @@ def train(rows: list[tuple[np.ndarray, np.ndarray]], labels: list[int], *, epoch
           lr: float = 0.05) -> tuple[np.ndarray, float]:
     """Logistic regression on window feature vectors (`windows(...)[i][:2]`); full-batch Adam, classes
     balanced. Returns (w, b)."""
-    r = np.concatenate([np.full(idx.size, i) for i, (idx, _) in enumerate(rows)])
-    c = np.concatenate([idx for idx, _ in rows])
-    x = np.concatenate([v for _, v in rows]).astype(np.float64)
+    r = np.concatenate([np.full(idx.size, i) for i, (idx, _) in enumerate(rows)])  # (nnz,) row of each entry
+    c = np.concatenate([idx for idx, _ in rows])  # (nnz,) feature of each entry
+    x = np.concatenate([v for _, v in rows]).astype(np.float64)  # (nnz,)
     y = np.asarray(labels, np.float64)
     n = len(rows)
     pos = y.sum()

@@ -1,0 +1,42 @@
+"""Real Gemini CLI (`gemini -p`, npm) on fak's own engine with real SmolLM2 weights: everything the CLI sends
+is served (no 4xx) and the turn completes with the model's answer (sampled at the CLI's own settings).
+
+The CLI's default prompt (about 31 KB of system instructions plus its tools' declarations) is beyond
+SmolLM2's 8k context: a 400 (context_length_exceeded) that no server could avoid. So the run uses the CLI's
+own options for a shorter prompt: GEMINI_SYSTEM_MD (a system prompt file of the user's) and `tools.core`
+(one core tool); the request is still the CLI's own stream request, with its tool declaration,
+thinkingConfig and every field it sends."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakcore.launcher import Topology
+from fakcore.models.sources import pulled_path
+from tests.conftest import base_settings, running
+from tests.integration.test_gemini import statuses
+from tests.support.clients import gemini_run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smol(nats_server, tmp_path_factory):
+    assert pulled_path("smollm2-135m").exists(), "SmolLM2 weights missing: run `fak model pull smollm2-135m` (make test does)"
+    # the first prefill is one long engine step while numba compiles its kernels on a fresh checkout
+    settings = base_settings(nats_server.url, model="smollm2-135m", backend="numba", idle_timeout_s=600.0)
+    with running(Topology(settings, log_dir=tmp_path_factory.mktemp("gemini-smol")), timeout=240) as topo:
+        yield topo
+
+
+def test_real_gemini_cli_on_the_in_kernel_engine(smol, tmp_path):
+    system = tmp_path / "system.md"
+    system.write_text("You are a helpful assistant. Answer briefly.\n")
+    run, result = gemini_run(smol.gateway_url, tmp_path, "What is the capital of France?", model="smollm2-135m", timeout=600,
+                             settings={"tools": {"core": ["read_file"]}}, GEMINI_SYSTEM_MD=str(system))
+    # the CLI samples at its own settings (temperature 1, topP 0.95, topK 64): the text is the model's, not fixed
+    assert run.returncode == 0 and result.get("response", "").strip(), (run.stdout[-2000:], run.stderr[-2000:])
+    used = result["stats"]["models"]["smollm2-135m"]
+    assert used["api"]["totalErrors"] == 0 and used["tokens"]["prompt"] > 0
+    assert not [s for s in statuses(smol, "gemini_stream") if not s.startswith("2")], statuses(smol, "gemini_stream")
+    assert statuses(smol, "gemini_stream").get("200", 0) >= 1
