@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import fak_engine_cpu.backend  # noqa: F401  registers "numba"
-from fakcore.engine.backend import Segment
 from fakcore.engine.loader import load_model, make_backend
 from fakcore.formats.gguf import GGUFFile
 from fakcore.models.sources import pulled_path
+from tests.unit.enginecpu.support import greedy
 
 pytestmark = pytest.mark.slow
 
@@ -24,19 +24,6 @@ NEW_TOKENS = 32
 def models():
     assert pulled_path("gemma3-270m").exists(), "Gemma-3-270M weights missing: run `fak model pull gemma3-270m`"
     return load_model("gemma3-270m", make_backend("reference")), load_model("gemma3-270m", make_backend("numba"))
-
-
-def greedy(model, ids: list[int], n: int) -> tuple[list[int], np.ndarray]:
-    tf = model.transformer
-    cache = tf.new_cache()
-    logits = tf.forward(np.array(ids), [Segment(cache, slice(0, len(ids)))], np.array([len(ids) - 1]))
-    out, rows = [], []
-    for _ in range(n):
-        rows.append(logits[0])
-        token = int(np.argmax(logits[0]))
-        out.append(token)
-        logits = tf.forward(np.array([token]), [Segment(cache, slice(0, 1))], np.array([0]))
-    return out, np.array(rows)
 
 
 def test_the_file_mixes_the_k_quant_types():

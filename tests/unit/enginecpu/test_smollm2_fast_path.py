@@ -13,6 +13,7 @@ from fakcore.engine.loader import load_model, make_backend
 from fakcore.engine.prompt import build_prompt
 from fakcore.models.sources import pulled_path
 from fakcore.protocol import ChatMessage, GenerateRequest
+from tests.unit.enginecpu.support import greedy
 
 pytestmark = pytest.mark.slow
 
@@ -24,19 +25,6 @@ NEW_TOKENS = 64
 def models():
     assert pulled_path("smollm2-135m").exists(), "SmolLM2 weights missing: run `fak model pull smollm2-135m`"
     return load_model("smollm2-135m", make_backend("reference")), load_model("smollm2-135m", make_backend("numba"))
-
-
-def greedy(model, ids: list[int], n: int) -> tuple[list[int], np.ndarray]:
-    tf = model.transformer
-    cache = tf.new_cache()
-    logits = tf.forward(np.array(ids), [Segment(cache, slice(0, len(ids)))], np.array([len(ids) - 1]))
-    out, rows = [], []
-    for _ in range(n):
-        rows.append(logits[0])
-        token = int(np.argmax(logits[0]))
-        out.append(token)
-        logits = tf.forward(np.array([token]), [Segment(cache, slice(0, 1))], np.array([0]))
-    return out, np.array(rows)
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
