@@ -86,9 +86,11 @@ class ToolSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 class Sampling(msgspec.Struct, kw_only=True, omit_defaults=True):
     max_tokens: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    # None: the client left it to the model. An engine worker uses the served model's defaults (settings, else
+    # the model's own recommendation, else 1 / 1 / off); an upstream is sent nothing and applies its own.
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # 0: off
     seed: int | None = None
     stop: list[str] = []
     logprobs: bool = False  # report each generated token's log-probability (TokenChunk.logprobs)

@@ -96,6 +96,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     announce_interval_s: Annotated[float, _doc("Seconds between worker/service heartbeats on the bus.")] = 1.0
     cache_dir: Annotated[str, _doc("Model cache directory (default: ~/.cache/fak).")] = ""
     prometheus_targets: Annotated[str, _doc("`fak up`: the Prometheus file-SD list it keeps of every service's metrics endpoint (default `<cache dir>/prometheus/targets.json`; `off`: none).")] = ""
+    sampling: Annotated[str, _doc("Engine: sampling for requests that leave it unset, e.g. `temperature=0.2,top_p=0.9,top_k=40` (temperature 0: greedy). A knob not named here: the recommendation of the model's makers (for the models `fak model pull` knows), else temperature 1, top_p 1, top_k off. What a request sets always wins.")] = ""
     kv_budget: Annotated[str, _doc("KV-cache memory of an engine worker (a size, read at start-up: e.g. 512MiB, 2GiB): finished sequences are kept for prefix reuse and dropped least-recently-used first above it; 0 keeps none.")] = "1GiB"
     kv_min_prefix: Annotated[int, _doc("Fewest shared prompt tokens worth reusing from a cached sequence.")] = 16
     kv_evict_mode: Annotated[Literal["exact", "shift"], _doc("How a quarantined block's KV spans are evicted: `exact` (drop, recompute the suffix: bit-identical to a fresh prefill) or `shift` (drop, re-rotate survivors' keys; no recompute).")] = "exact"
@@ -191,6 +192,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             path = raw.get(f"{name}_file", "")
             if path:
                 from_file = read_keys_file(path, where[f"{name}_file"])
+        if raw.get("sampling"):
+            sampling_defaults(raw["sampling"], where["sampling"])
                 raw[f"_{name}_from_file"] = from_file
                 raw[name] = tuple(dict.fromkeys((*from_file, *raw.get(name, ()))))  # file first: to_env round-trips
         try:
@@ -206,6 +209,28 @@ class SettingsError(ValueError):
 def setting_fields() -> tuple[msgspec.structs.FieldInfo, ...]:
     """The fields of Settings that are settings (the `_` ones are filled by `load`)."""
     return tuple(f for f in msgspec.structs.fields(Settings) if not f.name.startswith("_"))
+
+SAMPLING_KNOBS = {"temperature": (float, 0.0, 100.0), "top_p": (float, 0.0, 1.0), "top_k": (int, 0, 2**31 - 1)}
+
+
+def sampling_defaults(text: str, where: str = "sampling") -> dict[str, float | int]:
+    """`temperature=0.2,top_p=0.9` -> {"temperature": 0.2, "top_p": 0.9}; anything else is a SettingsError."""
+    out: dict[str, float | int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, eq, value = (s.strip() for s in item.partition("="))
+        if name not in SAMPLING_KNOBS or not eq:
+            raise SettingsError(f"{where}: {item!r} is not knob=value with a knob of {', '.join(SAMPLING_KNOBS)}"
+                                f"{_did_you_mean(name, SAMPLING_KNOBS)}")
+        kind, lo, hi = SAMPLING_KNOBS[name]
+        try:
+            number = kind(value)
+        except ValueError:
+            raise SettingsError(f"{where}: {name}={value!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not (math.isfinite(number) and lo <= number <= hi):
+            raise SettingsError(f"{where}: {name}={value} is outside {lo:g}..{hi:g}")
+        out[name] = number
+    return out
+
 
 
 def describe() -> list[tuple[str, str, str, str]]:

@@ -230,13 +230,12 @@ def _tool_choice(choice: dict[str, Any] | None, tools: list[ToolSpec]) -> tuple[
 def messages_to_bus(r: MessagesRequest, session: str, strict: bool = True) -> GenerateRequest:
     if r.max_tokens < 1:
         raise WireError("invalid_request", "max_tokens: must be at least 1")
-    temperature = 1.0 if r.temperature is None else r.temperature
-    if not 0.0 <= temperature <= 1.0:
+    if r.temperature is not None and not 0.0 <= r.temperature <= 1.0:
         raise WireError("invalid_request", "temperature: must be between 0 and 1")
     messages, tools = to_chat(r, strict)
     choice, name = _tool_choice(r.tool_choice, tools) if strict else ("auto", "")
-    sampling = Sampling(max_tokens=r.max_tokens, temperature=temperature, top_p=1.0 if r.top_p is None else r.top_p,
-                        top_k=r.top_k or 0, stop=list(r.stop_sequences or []))
+    sampling = Sampling(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                        stop=list(r.stop_sequences or []))
     return GenerateRequest(request_id=f"msg_{uuid.uuid4().hex[:24]}", model=r.model, messages=messages, tools=tools,
                            tool_choice=choice, tool_choice_name=name, sampling=sampling, session=session)
 

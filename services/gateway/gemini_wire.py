@@ -475,7 +475,8 @@ def _sampling(g: GenerationConfig) -> Sampling:
                         param="generationConfig.logprobs")
     temperature, top_p = sampling_range(g.temperature, g.top_p)
     return Sampling(max_tokens=g.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS, temperature=temperature, top_p=top_p,
-                    top_k=max(0, g.top_k or 0), seed=g.seed, stop=stop, logprobs=bool(g.response_logprobs), top_logprobs=top)
+                    top_k=None if g.top_k is None else max(0, g.top_k), seed=g.seed, stop=stop,
+                    logprobs=bool(g.response_logprobs), top_logprobs=top)
 
 
 def to_bus(r: GenerateContentRequest, model: str, session: str, strict: bool = True) -> GenerateRequest:

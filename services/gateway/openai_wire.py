@@ -195,7 +195,7 @@ def _sampling(r: SamplingFields, max_tokens: int | None, logprobs: tuple[bool, i
     if len(stop) > 4:
         raise WireError("invalid_request", "at most 4 stop sequences", param="stop")
     return Sampling(max_tokens=max_tokens or DEFAULT_MAX_TOKENS, temperature=temperature, top_p=top_p,
-                    top_k=r.top_k or 0, seed=r.seed, stop=stop, logprobs=logprobs[0], top_logprobs=logprobs[1])
+                    top_k=r.top_k, seed=r.seed, stop=stop, logprobs=logprobs[0], top_logprobs=logprobs[1])
 
 
 def _chat_logprobs(r: ChatRequest) -> tuple[bool, int]:
@@ -271,15 +271,13 @@ def tool_choice_mode(choice: str | None, tools: list[ToolSpec]) -> tuple[str, st
     return choice, ""
 
 
-def sampling_range(temperature: float | None, top_p: float | None) -> tuple[float, float]:
-    """temperature and top_p checked against OpenAI's ranges (absent: 1)."""
-    t = 1.0 if temperature is None else temperature
-    if not 0.0 <= t <= 2.0:
+def sampling_range(temperature: float | None, top_p: float | None) -> tuple[float | None, float | None]:
+    """temperature and top_p checked against OpenAI's ranges; absent stays absent (the model's defaults)."""
+    if temperature is not None and not 0.0 <= temperature <= 2.0:
         raise WireError("invalid_request", "temperature must be between 0 and 2", param="temperature")
-    p = 1.0 if top_p is None else top_p
-    if not 0.0 < p <= 1.0:
+    if top_p is not None and not 0.0 < top_p <= 1.0:
         raise WireError("invalid_request", "top_p must be in (0, 1]", param="top_p")
-    return t, p
+    return temperature, top_p
 
 
 def _tool_choice(choice: str | dict[str, Any] | None, tools: list[ToolSpec]) -> tuple[str, str]:

@@ -374,7 +374,7 @@ def response_object(turn: Turn, status: str, output: list[dict[str, Any]], usage
             "incomplete_details": incomplete, "instructions": r.instructions, "max_output_tokens": r.max_output_tokens,
             "model": r.model, "output": output, "parallel_tool_calls": r.parallel_tool_calls is not False,
             "previous_response_id": r.previous_response_id, "reasoning": {"effort": None, "summary": None},
-            "store": r.store is not False, "temperature": turn.req.sampling.temperature, "top_p": turn.req.sampling.top_p,
+            "store": r.store is not False, "temperature": r.temperature, "top_p": r.top_p,
             "text": r.text or {"format": {"type": "text"}}, "tool_choice": r.tool_choice or "auto",
             "tools": r.tools or [], "truncation": r.truncation or "disabled", "usage": usage, "user": r.user,
             "metadata": r.metadata or {}}

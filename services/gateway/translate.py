@@ -30,6 +30,7 @@ from fakcore.protocol import (
     GenerateDone,
     GenerateRequest,
     Receipt,
+    Sampling,
     TokenChunk,
     ToolCall,
     Usage,
@@ -64,9 +65,7 @@ def openai_request(req: GenerateRequest, model: str) -> dict[str, Any]:
             messages.append({"role": m.role, "content": m.content})
     s = req.sampling
     body: dict[str, Any] = {"model": model, "messages": messages, "stream": True, "stream_options": {"include_usage": True},
-                            "max_tokens": s.max_tokens, "temperature": s.temperature}
-    if s.top_p < 1.0:
-        body["top_p"] = s.top_p
+                            "max_tokens": s.max_tokens, **_knobs(s, temperature="temperature", top_p="top_p")}
     if s.stop:
         body["stop"] = list(s.stop)
     if s.seed is not None:
@@ -80,6 +79,13 @@ def openai_request(req: GenerateRequest, model: str) -> dict[str, Any]:
     if req.response_schema is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "response", "schema": req.response_schema}}
     return body
+
+
+def _knobs(s: Sampling, **names: str) -> dict[str, Any]:
+    """The sampling knobs the client set, under the upstream's names; one left unset is not sent (the upstream's
+    default applies, as it would for the client talking to it directly). top_k 0 is "off": not sent either."""
+    values = {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k or None}
+    return {wire: values[ours] for ours, wire in names.items() if values[ours] is not None}
 
 
 def _arguments(text: str) -> Any:
@@ -113,13 +119,11 @@ def anthropic_request(req: GenerateRequest, model: str) -> dict[str, Any]:
             add("user", [{"type": "text", "text": m.content}])
     s = req.sampling
     body: dict[str, Any] = {"model": model, "messages": turns, "max_tokens": s.max_tokens, "stream": True,
-                            "temperature": min(1.0, s.temperature)}
+                            **_knobs(s, temperature="temperature", top_p="top_p", top_k="top_k")}
+    if "temperature" in body:
+        body["temperature"] = min(1.0, body["temperature"])  # Anthropic's range is 0..1
     if system:
         body["system"] = system
-    if s.top_p < 1.0:
-        body["top_p"] = s.top_p
-    if s.top_k:
-        body["top_k"] = s.top_k
     if s.stop:
         body["stop_sequences"] = list(s.stop)
     if req.tools:
@@ -157,9 +161,7 @@ def responses_request(req: GenerateRequest, model: str) -> dict[str, Any]:
             items.append({"type": "message", "role": m.role, "content": [{"type": "input_text", "text": m.content}]})
     s = req.sampling
     body: dict[str, Any] = {"model": model, "input": items, "stream": True, "store": False,
-                            "max_output_tokens": s.max_tokens, "temperature": s.temperature}
-    if s.top_p < 1.0:
-        body["top_p"] = s.top_p
+                            "max_output_tokens": s.max_tokens, **_knobs(s, temperature="temperature", top_p="top_p")}
     if req.tools:
         body["tools"] = [{"type": "custom", "name": t.name, "description": t.description, "format": t.format or {"type": "text"}}
                          if t.kind == "custom" else
@@ -205,11 +207,7 @@ def gemini_request(req: GenerateRequest) -> dict[str, Any]:
         else:
             add("user", [{"text": m.content}])
     s = req.sampling
-    config: dict[str, Any] = {"maxOutputTokens": s.max_tokens, "temperature": s.temperature}
-    if s.top_p < 1.0:
-        config["topP"] = s.top_p
-    if s.top_k:
-        config["topK"] = s.top_k
+    config: dict[str, Any] = {"maxOutputTokens": s.max_tokens, **_knobs(s, temperature="temperature", top_p="topP", top_k="topK")}
     if s.stop:
         config["stopSequences"] = list(s.stop)
     if s.seed is not None:

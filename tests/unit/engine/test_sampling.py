@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from fakcore.engine.prompt import RequestError
-from fakcore.engine.sampling import Sampler, validate_sampling
+from fakcore.engine.sampling import Sampler, validate_sampling, with_defaults
+from fakcore.models.sources import recommended_sampling
 from fakcore.protocol import Sampling
+from fakcore.settings import Settings, SettingsError, sampling_defaults
 
 LOGITS = np.array([0.5, 3.0, 2.9, -1.0, 1e4, -1e4], np.float32)
 
@@ -64,3 +66,23 @@ def test_every_edge_value_the_wires_accept_passes_validation():
     for p in [Sampling(temperature=0.0), Sampling(temperature=2.0), Sampling(temperature=1e-308), Sampling(top_p=0.0),
               Sampling(top_p=1.0), Sampling(top_k=0), Sampling(max_tokens=1), Sampling(seed=-1)]:
         validate_sampling(p)
+
+
+def test_unset_knobs_take_the_models_defaults_and_set_ones_win():
+    assert with_defaults(Sampling(), {"temperature": 0.2, "top_p": 0.9}) == Sampling(temperature=0.2, top_p=0.9, top_k=0)
+    assert with_defaults(Sampling(temperature=0.7, top_k=5), {"temperature": 0.2}) == Sampling(temperature=0.7, top_p=1.0, top_k=5)
+    assert Sampler(Sampling()).temperature == 1.0  # unset everywhere: neutral
+
+
+def test_the_catalogue_recommends_its_models_sampling():
+    assert recommended_sampling("smollm2-135m") == {"temperature": 0.2, "top_p": 0.9}
+    assert recommended_sampling("/cache/models/gemma3-270m/gemma-3-270m-q4_k_m.gguf")["top_k"] == 64
+    assert recommended_sampling("synthetic") == {}
+
+
+@pytest.mark.parametrize("text,error", [("temprature=0", "did you mean temperature"), ("top_p=2", "outside"),
+                                        ("top_k=1.5", "not an integer"), ("temperature", "knob=value")])
+def test_a_misspelt_sampling_setting_is_refused(text, error):
+    with pytest.raises(SettingsError, match=error):
+        Settings.load(env={}, sampling=text)
+    assert sampling_defaults("temperature=0, top_k=40") == {"temperature": 0.0, "top_k": 40}

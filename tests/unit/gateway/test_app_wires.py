@@ -241,3 +241,18 @@ async def test_a_wrong_field_type_names_the_field_and_anthropic_needs_max_tokens
     assert unbounded.status_code == 400
     assert error_of("messages", unbounded.json())[0] == "invalid_request_error"
     assert "max_tokens" in unbounded.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("build", ["openai_request", "anthropic_request", "responses_request", "gemini_request"])
+def test_an_upstream_is_sent_only_the_sampling_the_client_set(build):
+    from fak_gateway import translate
+    from fakcore.protocol import ChatMessage, GenerateRequest, Sampling
+
+    def body(sampling: Sampling) -> dict:
+        req = GenerateRequest(request_id="r", model=MODEL, messages=[ChatMessage(role="user", content="hi")], sampling=sampling)
+        out = getattr(translate, build)(req) if build == "gemini_request" else getattr(translate, build)(req, MODEL)
+        return out.get("generationConfig", out)
+
+    unset, chosen = body(Sampling(max_tokens=5)), body(Sampling(max_tokens=5, temperature=0.3, top_p=0.5))
+    assert not {"temperature", "top_p", "topP", "top_k", "topK"} & set(unset)  # the upstream's own defaults apply
+    assert chosen["temperature"] == 0.3 and chosen.get("top_p", chosen.get("topP")) == 0.5
