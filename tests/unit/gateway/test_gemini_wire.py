@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fak_gateway import gemini_passthrough, gemini_wire, translate
+from fak_gateway import gemini_passthrough, gemini_schema, gemini_wire, translate
 from fak_gateway.errors import WireError, wire_of
 from fakcore.protocol import Accepted, ChatMessage, GenerateRequest, TokenChunk, ToolCall, ToolSpec, block_id
 from tests.unit.gateway.support import PROMPT_TOKENS, RECEIPT, TOKENS, FakeEngines, gateway, settings
@@ -50,11 +50,11 @@ def test_geminis_schema_becomes_json_schema():
         "n": {"type": "INTEGER", "format": "int32", "nullable": True, "example": 3},
         "tags": {"type": "ARRAY", "minItems": "1", "items": {"type": "STRING", "format": "enum", "enum": ["a", "b"]}},
         "when": {"type": "STRING", "format": "date-time"}, "any": {"anyOf": [{"type": "NUMBER"}, {"type": "NULL"}]}}}
-    assert gemini_wire.json_schema(schema) == {"type": "object", "properties": {
+    assert gemini_schema.json_schema(schema) == {"type": "object", "properties": {
         "n": {"type": ["integer", "null"]}, "tags": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": ["a", "b"]}},
         "when": {"type": "string", "format": "date-time"}, "any": {"anyOf": [{"type": "number"}, {"type": "null"}]}}}
     plain = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"], "additionalProperties": False}
-    assert gemini_wire.json_schema(plain) == plain  # JSON Schema as it is
+    assert gemini_schema.json_schema(plain) == plain  # JSON Schema as it is
 
 
 def test_contents_become_the_conversation_with_calls_paired_by_id_or_by_name():
