@@ -67,6 +67,7 @@ class Service:
     healthy: Callable[[], tuple[bool, str]] = lambda: (True, "")
     heartbeat: Callable[[], Any] | None = None  # a bootstrap may replace the heartbeat message
     failure: str = ""  # set when a supervised task or thread died: the service is going down
+    starting: str = "starting"  # what bootstrap is doing (loading, compiling): /healthz is not ok until it is ""
     loop: asyncio.AbstractEventLoop | None = None  # the service's event loop (fail() may come from a thread)
 
     def supervise(self, coro: Awaitable[Any], what: str) -> asyncio.Task:
@@ -103,6 +104,8 @@ class Service:
         ok, detail = self.healthy()
         if self.failure:
             ok, detail = False, self.failure
+        elif self.starting:
+            ok, detail = False, self.starting
         ok = ok and self.nc.is_connected
         return {"ok": ok, "service": self.name, "instance": self.instance, "nats": self.nc.is_connected,
                 "uptime_s": round(time.time() - self.started, 1), "detail": detail, **self.health_detail}
@@ -136,6 +139,7 @@ async def run_service(name: str, settings: Settings, bootstrap: Callable[[Servic
                 stack.push_async_callback(server.stop)
                 log.info("%s: metrics and health on %s", name, svc.metrics_url)
             await bootstrap(svc)
+            svc.starting = ""
             svc.supervise(_heartbeat(svc), "the heartbeat")
             log.info("%s: ready (%s)", name, svc.instance)
             await stop.wait()

@@ -12,8 +12,10 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 import fakcore.engine.reference  # noqa: F401  registers "reference", the backend shared code ships
-from fakcore.engine.backend import Backend, BackendError
+from fakcore.engine.backend import Backend, BackendError, Segment
 from fakcore.engine.registry import BACKENDS
 from fakcore.engine.transformer import Transformer, load_weights
 from fakcore.formats.tensor import Tensor
@@ -91,6 +93,16 @@ def _load_synthetic(backend: Backend) -> LoadedModel:
     weights = load_weights(cfg, tensors, backend, "synthetic")
     return LoadedModel(name="synthetic", config=cfg, transformer=Transformer(cfg, weights, backend), tokenizer=tok,
                        template=template, weights_digest=digest_tensors(tensors), source="synthetic")
+
+
+def warm_up(model: LoadedModel) -> None:
+    """Run each kind of step the scheduler takes once (a prefill; a batched decode of two sequences), so that a
+    compiling backend compiles, or loads from its cache, every kernel before the worker takes a request."""
+    tf = model.transformer
+    a, b = tf.new_cache(), tf.new_cache()
+    tokens = np.array([model.config.bos_id if model.config.bos_id is not None else 0] * 3, np.int64)
+    tf.forward(tokens, [Segment(a, slice(0, 2)), Segment(b, slice(2, 3))], np.array([1, 2]))
+    tf.forward(tokens[:2], [Segment(a, slice(0, 1)), Segment(b, slice(1, 2))], np.array([0, 1]))
 
 
 def describe(model: LoadedModel) -> dict[str, Any]:
