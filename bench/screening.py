@@ -7,6 +7,8 @@
                                               topology, adjudication on vs off (added latency per request)
     python -m bench screening --dump FILE     write the labeled corpus as JSON lines
     python -m bench screening --write         also put the report into bench/RESULTS.md
+    python -m bench screening --judge         only the judge stage (layer 3, an instruct model on fak's engine),
+                                              reported apart: bench/screening_judge.py
 
 Quality is measured on the held-out split: whole templates (attack and hard-negative) that the model stage
 never saw in training, in eleven languages (the inline rules were written by hand alongside the corpus,
@@ -401,7 +403,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--dump", metavar="FILE", help="write the labeled corpus as JSON lines and exit")
     ap.add_argument("--write", action="store_true", help="also put the quality and latency report into bench/RESULTS.md")
     ap.add_argument("--calibrate", action="store_true", help="reset the shipped model's threshold on real documentation")
+    ap.add_argument("--judge", action="store_true", help="only the judge stage: calibrate on the training split, measure held out")
+    ap.add_argument("--judge-n", type=int, default=100, metavar="N", help="judge: texts per class and split")
     args = ap.parse_args(argv)
+    if args.judge:
+        from bench.screening_judge import judge_report
+
+        judge_report(args.judge_n)
+        return 0
     if args.dump:
         corpus.dump(args.dump, corpus.build())
         return 0

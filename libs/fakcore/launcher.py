@@ -1,6 +1,7 @@
 """`fak up`: the whole topology as local OS processes, for a machine without Docker.
 
     embedded nats-server (unless FAK_NATS_URL)  ->  adjudicator, kvmmu, engine-cpu xN, gateway
+                                                    (+ an engine-cpu for the judge's model: judge_worker)
     wait until each has announced itself on the bus and the gateway's /healthz is ok
     print the gateway URL, then supervise: a process that dies is started again after a backoff while the
     others keep serving; only Ctrl-C / SIGTERM stops everything, gateway first, the bus last
@@ -114,6 +115,7 @@ class Topology:
     def start(self, timeout: float = 120.0) -> Topology:
         t0 = time.monotonic()
         tls = embedded_tls(self.settings)
+        check_judge(self.settings, self.services)
         if not self.settings.nats_url:
             server = EmbeddedNats(data_dir=data_dir(self.settings), port=self.settings.nats_port, auth=self.auth, tls=tls)
             try:
@@ -132,18 +134,21 @@ class Topology:
             for service in self.services:
                 for i in range(self.workers if service == "engine-cpu" else 1):
                     self.spawn(service, i)
+            if judge_worker(self.settings, self.services):
+                self.spawn("engine-cpu", self.workers, name="engine-cpu-judge", model=self.settings.screen_judge_model,
+                           worker_id=f"engine-cpu-judge-{os.getpid()}")
             self.wait_ready(timeout - (time.monotonic() - t0))
         except BaseException:
             self.stop()
             raise
         return self
 
-    def spawn(self, service: str, index: int = 0, **overrides: object) -> Child:
+    def spawn(self, service: str, index: int = 0, name: str = "", **overrides: object) -> Child:
         if self.secrets is not None:  # its own user, password and keys: nothing of admin's
             overrides = {**self.secrets.settings_for(service), **overrides}
         env = {**os.environ, **self.settings.replace(**overrides).to_env()}
-        name = f"{service}#{index + 1}" if service == "engine-cpu" and self.workers > 1 else service
-        if service == "engine-cpu" and not self.settings.worker_id and self.workers > 1:
+        name = name or (f"{service}#{index + 1}" if service == "engine-cpu" and self.workers > 1 else service)
+        if service == "engine-cpu" and not self.settings.worker_id and self.workers > 1 and "worker_id" not in overrides:
             env["FAK_WORKER_ID"] = f"engine-cpu-{os.getpid()}-{index + 1}"
         child = Child(service, self._popen(service, name, env), name, env)
         self.children.append(child)
@@ -310,6 +315,26 @@ def embedded_tls(settings: Settings) -> ServerTLS | None:
     if not s.nats_tls_server_cert or s.nats_url:
         return None
     return ServerTLS(s.nats_tls_server_cert, s.nats_tls_server_key, ca_file=s.nats_tls_ca if s.nats_tls_cert else "")
+
+
+def judge_worker(settings: Settings, services: tuple[str, ...]) -> bool:
+    """Whether the judge stage needs an engine worker of its own: it is on, and the topology's workers do not
+    serve its model already (then they answer its questions too)."""
+    s = settings
+    return (s.screen_judge != "off" and "adjudicator" in services
+            and not ("engine-cpu" in services and s.model == s.screen_judge_model))
+
+
+def check_judge(settings: Settings, services: tuple[str, ...]) -> None:
+    """The judge's model must be there before anything starts (the adjudicator would wait for it in vain)."""
+    from fakcore.models.sources import ModelSourceError, resolve
+
+    if settings.screen_judge == "off" or "adjudicator" not in services:
+        return
+    try:
+        resolve(settings.screen_judge_model, settings.cache_dir)
+    except ModelSourceError as exc:
+        raise StartupError(f"FAK_SCREEN_JUDGE={settings.screen_judge}: the judge's model is not available: {exc}") from exc
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:

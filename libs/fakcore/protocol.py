@@ -502,6 +502,12 @@ class subjects:
         return f"fak.v1.engine.generate.{subject_token(model)}"
 
     @staticmethod
+    def judge(model: str) -> str:
+        """Screening's questions to a model (screening/judge.py): a one-token, logprobs-only GenerateRequest,
+        answered by the model's workers in their queue group; nothing else is served here."""
+        return f"fak.v1.engine.judge.{subject_token(model)}"
+
+    @staticmethod
     def count_tokens(model: str) -> str:
         return f"fak.v1.engine.count.{subject_token(model)}"
 

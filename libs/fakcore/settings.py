@@ -109,6 +109,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     screen_threshold: Annotated[float, _doc("Inline screening: a tool result scoring at or above this is quarantined. 0.4: any rule (borderline ones score 0.45); 0.5: a strong rule or two borderline ones.")] = 0.4
     screen_model: Annotated[Literal["sync", "async", "off"], _doc("Model-stage screening: `sync` (before the verdict), `async` (after it: a late quarantine, enforced by eviction) or `off`.")] = "sync"
     screen_model_threshold: Annotated[float, _doc("Model stage: probability at or above which a tool result is quarantined (0: the threshold shipped with the model).")] = 0.0
+    screen_judge: Annotated[Literal["off", "async", "sync"], _doc("Judge stage: an instruct model on fak's engine asked whether a tool result holds instructions aimed at the assistant (screening/judge.py). `async` (after the verdict: a late quarantine, enforced by eviction and the context filter), `sync` (before it; the gateway's `adjudicate_timeout_s` must cover the judge) or `off`. On: the adjudicator does not start until a worker of `screen_judge_model` answers (`fak up` starts one).")] = "off"
+    screen_judge_model: Annotated[str, _doc("The judge stage's model (pulled, or a path), served by an engine worker.")] = "smollm2-135m"
+    screen_judge_threshold: Annotated[float, _doc("Judge stage: P(Yes)/(P(Yes)+P(No)) at or above which a tool result is quarantined (calibrated for smollm2-135m at ~1% FPR on a sample of the corpus's training split; it separates little: CLAIMS.md 59).")] = 0.36
+    screen_judge_timeout_s: Annotated[float, _doc("Judge stage: how long one question may take; at start-up, how long the adjudicator waits for a judge worker (x4).")] = 30.0
 
     # -- every process ---------------------------------------------------------------------------------
     metrics_port: Annotated[int, _doc("Port of a non-HTTP service's /metrics and /healthz (0: a free port, announced on the bus).")] = 0
@@ -188,12 +192,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             where[name] = name
             raw[name] = _parse(fields[name], value, f"{name}={value}")
         _check_tls_files(raw, where)
+        if raw.get("sampling"):
+            sampling_defaults(raw["sampling"], where["sampling"])
         for name in ("api_keys", "admin_keys"):
             path = raw.get(f"{name}_file", "")
             if path:
                 from_file = read_keys_file(path, where[f"{name}_file"])
-        if raw.get("sampling"):
-            sampling_defaults(raw["sampling"], where["sampling"])
                 raw[f"_{name}_from_file"] = from_file
                 raw[name] = tuple(dict.fromkeys((*from_file, *raw.get(name, ()))))  # file first: to_env round-trips
         try:
@@ -205,10 +209,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 class SettingsError(ValueError):
     pass
 
-
-def setting_fields() -> tuple[msgspec.structs.FieldInfo, ...]:
-    """The fields of Settings that are settings (the `_` ones are filled by `load`)."""
-    return tuple(f for f in msgspec.structs.fields(Settings) if not f.name.startswith("_"))
 
 SAMPLING_KNOBS = {"temperature": (float, 0.0, 100.0), "top_p": (float, 0.0, 1.0), "top_k": (int, 0, 2**31 - 1)}
 
@@ -231,6 +231,10 @@ def sampling_defaults(text: str, where: str = "sampling") -> dict[str, float | i
         out[name] = number
     return out
 
+
+def setting_fields() -> tuple[msgspec.structs.FieldInfo, ...]:
+    """The fields of Settings that are settings (the `_` ones are filled by `load`)."""
+    return tuple(f for f in msgspec.structs.fields(Settings) if not f.name.startswith("_"))
 
 
 def describe() -> list[tuple[str, str, str, str]]:

@@ -2,11 +2,11 @@
 
     AdjudicateCall   -> policy (per API key) + rate limits            -> CallVerdict, the reply
     AdjudicateResult -> the key's `screening:` (allowlist, thresholds, mode, quarantine: whole|spans)
-                        inline screen [+ model stage if sync]          -> ResultVerdict, the reply
+                        inline screen [+ model stage if sync] [+ judge if sync]  -> ResultVerdict, the reply
                         quarantine: published before the reply (the fan-out never misses one), unless
                         the gateway said it holds one already (`quarantined`: asked again for this key)
                         flagged (mode: flag): audited, never published
-                        async model stage after a clean inline verdict -> a late QuarantineVerdict
+                        async model stage, then async judge, after a clean verdict -> a late QuarantineVerdict
     every verdict    -> an audit record, after the reply
 
 main.py's consumer decodes the bytes, picks the handler from HANDLERS and gives it `respond` (which signs
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from fak_adjudicator import handlers
-from fakcore.policy import PolicyStore, RateLimiter
+from fakcore.policy import PolicyStore, RateLimiter, Screening
 from fakcore.protocol import (
     AdjudicateCall,
     AdjudicateResult,
@@ -36,6 +36,7 @@ from fakcore.protocol import (
     subjects,
 )
 from fakcore.screening import Screener
+from fakcore.screening.judge import Judge
 from fakcore.settings import Settings
 
 if TYPE_CHECKING:  # main.py registers the metrics and builds Deps
@@ -58,6 +59,7 @@ class Deps:
     instance: str  # this process, the audit records' `source`
     health: dict[str, Any] = field(default_factory=dict)  # the service's /healthz detail (policy, policy_error)
     background: set[asyncio.Task] = field(default_factory=set)  # async model stages in flight
+    judge: Judge | None = None  # the judge stage's client; None when screen_judge is "off"
 
 
 async def on_call(deps: Deps, req: AdjudicateCall, respond: Respond) -> None:
@@ -76,13 +78,18 @@ async def on_result(deps: Deps, req: AdjudicateResult, respond: Respond) -> None
     policy = deps.store.current.for_key(req.key_id).screening
     verdict = handlers.screen_result(deps.screener, req, with_model=mode == "sync", policy=policy)
     m.screen.labels("inline+model" if mode == "sync" else "inline").observe(time.perf_counter() - t0)
+    if deps.judge is not None and deps.settings.screen_judge == "sync" and handlers.needs_second_opinion(verdict):
+        # fail closed: a judge that does not answer fails this adjudication (on_request), the gateway refuses
+        verdict = await judge_stage(deps, req, policy) or verdict
     m.verdicts.labels("result", "flag" if verdict.flagged else verdict.verdict, verdict.rule, verdict.detector or "none").inc()
     if verdict.verdict == "quarantine" and not req.quarantined:
         await publish_quarantine(deps, req, verdict)  # before the reply: the fan-out never misses one
     await respond(verdict)
     record = handlers.audit_result(req, verdict, time.perf_counter() - t0, deps.instance)
-    if handlers.needs_second_opinion(verdict) and mode == "async" and deps.screener.model is not None:
-        task = asyncio.create_task(late_model_stage(deps, req))
+    late = [*([late_model_stage] if mode == "async" and deps.screener.model is not None else []),
+            *([late_judge_stage] if deps.judge is not None and deps.settings.screen_judge == "async" else [])]
+    if handlers.needs_second_opinion(verdict) and late:
+        task = asyncio.create_task(late_stages(deps, req, late))
         deps.background.add(task)
         task.add_done_callback(deps.background.discard)
     m.latency.labels("result").observe(time.perf_counter() - t0)
@@ -95,7 +102,38 @@ HANDLERS: dict[type, Callable[[Deps, Any, Respond], Awaitable[None]]] = {
 }
 
 
-async def late_model_stage(deps: Deps, req: AdjudicateResult) -> None:
+async def late_stages(deps: Deps, req: AdjudicateResult, stages: list[Callable[[Deps, AdjudicateResult], Awaitable[bool]]]) -> None:
+    """The async second opinions after a clean verdict, in order (the n-gram model's ~ms, then the judge's
+    seconds), until one finds something. One that fails is logged and counted: the verdict is out already."""
+    for stage in stages:
+        try:
+            if await stage(deps, req):
+                return
+        except Exception as exc:
+            deps.metrics.stage_errors.labels(stage.__name__).inc()
+            log.error("%s of %s failed: %s", stage.__name__, req.block, exc)
+
+
+async def judge_stage(deps: Deps, req: AdjudicateResult, policy: Screening) -> ResultVerdict | None:
+    """The judge's verdict on a result screening found clean: one only when it finds an injection."""
+    assert deps.judge is not None
+    t0 = time.perf_counter()
+    v = handlers.judge_opinion(req, await deps.judge.verdict(req.content, req.kind), policy)
+    deps.metrics.screen.labels("judge").observe(time.perf_counter() - t0)
+    return v
+
+
+async def late_judge_stage(deps: Deps, req: AdjudicateResult) -> bool:
+    """The judge after a clean verdict (screen_judge=async): a late quarantine, by the same path as the model
+    stage's. The key's policy is read again (it may have been reloaded meanwhile)."""
+    t0 = time.perf_counter()
+    v = await judge_stage(deps, req, deps.store.current.for_key(req.key_id).screening)
+    if v is not None:
+        await _late(deps, req, v, t0)
+    return v is not None
+
+
+async def late_model_stage(deps: Deps, req: AdjudicateResult) -> bool:
     """The model stage after a clean inline verdict (async mode): a quarantine arrives late, enforced by eviction
     (of the whole block from KV caches, also under `quarantine: spans`: the next request brings the redacted
     text). Flag mode: audited only. The key's policy is read again: it may have been reloaded meanwhile."""
@@ -104,11 +142,17 @@ async def late_model_stage(deps: Deps, req: AdjudicateResult) -> None:
     v = await asyncio.to_thread(handlers.second_opinion, deps.screener, req, policy)
     deps.metrics.screen.labels("model").observe(time.perf_counter() - t0)
     if v is not None:
-        deps.metrics.verdicts.labels("result", "flag" if v.flagged else "quarantine", v.rule, v.detector).inc()
-        if not v.flagged and not req.quarantined:
-            await publish_quarantine(deps, req, v)
-        await audit(deps, handlers.audit_result(req, v, time.perf_counter() - t0, deps.instance))
-        log.info("late %s of %s (%s, %.3f)", "flag" if v.flagged else "quarantine", v.block, v.detector, v.score)
+        await _late(deps, req, v, t0)
+    return v is not None
+
+
+async def _late(deps: Deps, req: AdjudicateResult, v: ResultVerdict, t0: float) -> None:
+    """A late second opinion's verdict: published as a quarantine (flag mode: audited only)."""
+    deps.metrics.verdicts.labels("result", "flag" if v.flagged else "quarantine", v.rule, v.detector).inc()
+    if not v.flagged and not req.quarantined:
+        await publish_quarantine(deps, req, v)
+    await audit(deps, handlers.audit_result(req, v, time.perf_counter() - t0, deps.instance))
+    log.info("late %s of %s (%s, %.3f)", "flag" if v.flagged else "quarantine", v.block, v.detector, v.score)
 
 
 async def publish_quarantine(deps: Deps, req: AdjudicateResult, v: ResultVerdict) -> None:

@@ -25,6 +25,8 @@ from fakcore.protocol import (
 )
 from fakcore.screening import Screener, Verdict, window
 
+JUDGE_DETECTOR = "model:judge-"  # screening/judge.py's DETECTOR, less the model's name
+
 NO_POLICY = Screening()  # the settings' screening, unchanged
 
 
@@ -38,7 +40,8 @@ def _threshold_rule(policy: Screening, v: Verdict) -> str:
     """The key's threshold that decided `v`, '' when the settings' did. A clean verdict from both stages
     names the first one the key sets."""
     inline = "screening.inline_threshold" if policy.inline_threshold is not None else ""
-    model = "screening.model_threshold" if policy.model_threshold is not None else ""
+    # the key's model_threshold is the n-gram model's, never the judge's (which has only the settings')
+    model = "screening.model_threshold" if policy.model_threshold is not None and not is_judge(v) else ""
     if v.quarantine:
         return inline if v.stage == "inline" else model
     return inline or (model if v.stage == "model" else "")
@@ -75,6 +78,17 @@ def second_opinion(screener: Screener, req: AdjudicateResult, policy: Screening 
     """The model stage after an inline 'clean' (async mode): a verdict only when it finds an injection (a
     flagged one in flag mode)."""
     v = screener.model_stage(req.content, req.kind, policy.model_threshold)
+    return _result(req, v, policy) if v.quarantine else None
+
+
+def is_judge(v: Verdict) -> bool:
+    return v.detector.startswith(JUDGE_DETECTOR)
+
+
+def judge_opinion(req: AdjudicateResult, v: Verdict, policy: Screening = NO_POLICY) -> ResultVerdict | None:
+    """The judge stage's verdict (screening/judge.py) on a result screening found clean: one only when it
+    finds an injection (a flagged one in flag mode). An allowlisted result never gets here (a clean verdict
+    with detector "allowlist" needs no second opinion)."""
     return _result(req, v, policy) if v.quarantine else None
 
 

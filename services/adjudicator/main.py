@@ -2,13 +2,17 @@
 
     call   -> policy (per API key, hot-reloaded) + rate limits  -> CallVerdict
     result -> the key's screening section (allowlist, thresholds, flag | quarantine, whole | spans)
-              inline screen [+ model stage if sync]             -> ResultVerdict
+              inline screen [+ model stage if sync] [+ judge if sync]  -> ResultVerdict
               quarantine                                         -> JetStream fak.v1.verdict.quarantine, once
-              async model stage after a clean inline verdict     -> a late QuarantineVerdict
+              async model stage, async judge after a clean verdict  -> a late QuarantineVerdict
     every verdict                                                -> JetStream fak.v1.audit.verdict
 
 With FAK_VERDICT_KEY every verdict is signed (protocol.encode_signed): a reply for the request it answers,
 a quarantine verdict for its subject.
+
+The judge stage (FAK_SCREEN_JUDGE, screening/judge.py) asks an engine worker of its model over the bus; with
+it on, the adjudicator starts only once such a worker has answered a probe question (fail closed: else it
+exits naming what is missing).
 
 Here: the metrics, the consumer (bytes -> Struct -> adjudicate.HANDLERS) and the bootstrap that wires them;
 what each request does is in adjudicate.py, the decisions in handlers.py.
@@ -38,6 +42,7 @@ from fakcore.protocol import (
     subjects,
 )
 from fakcore.screening import Screener
+from fakcore.screening.judge import Judge, JudgeUnavailable
 from fakcore.service import Service, run_service
 from fakcore.settings import Settings
 
@@ -55,6 +60,8 @@ class AdjudicatorMetrics:
                                   buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5))
         self.quarantines = m.counter("adjudicator_quarantines_total", "Quarantine verdicts published", ("stage", "detector"))
         self.reloads = m.counter("adjudicator_policy_reloads_total", "Policy reloads by outcome", ("outcome",))
+        self.stage_errors = m.counter("adjudicator_late_stage_errors_total", "Async second opinions (model, judge) that "
+                                      "failed after the verdict was out", ("stage",))
 
 
 async def on_request(deps: Deps, msg: Any) -> None:
@@ -88,12 +95,14 @@ async def bootstrap(svc: Service) -> None:
     screener = Screener(inline_threshold=s.screen_threshold, model_threshold=s.screen_model_threshold)
     if s.screen_model == "off":
         screener.model = None
+    judge = await start_judge(svc) if s.screen_judge != "off" else None
     js = await bus.ensure_streams(svc.nc)
     await ensure_audit_stream(svc.nc)
     deps = Deps(settings=s, store=store, limiter=RateLimiter(), screener=screener, publish=js.publish,
-                metrics=AdjudicatorMetrics(svc), instance=svc.instance, health=svc.health_detail)
+                metrics=AdjudicatorMetrics(svc), instance=svc.instance, health=svc.health_detail, judge=judge)
     svc.health_detail.update(policy=store.current.source, policy_error="", screen_model=s.screen_model,
-                             model=screener.model.version if screener.model else "")
+                             model=screener.model.version if screener.model else "", screen_judge=s.screen_judge,
+                             judge=s.screen_judge_model if judge else "")
     svc.healthy = lambda: (not store.error, store.error)
 
     for subject in (subjects.ADJUDICATE_CALL, subjects.ADJUDICATE_RESULT):
@@ -108,8 +117,24 @@ async def bootstrap(svc: Service) -> None:
 
     svc.stack.push_async_callback(stop_tasks)
     p = store.current.default
-    log.info("policy %s: default %s, %d tool rules; screening inline (threshold %.2f) + model %s", store.current.source,
-             p.default, len(p.tools), s.screen_threshold, s.screen_model)
+    log.info("policy %s: default %s, %d tool rules; screening inline (threshold %.2f) + model %s + judge %s", store.current.source,
+             p.default, len(p.tools), s.screen_threshold, s.screen_model, s.screen_judge)
+
+
+async def start_judge(svc: Service) -> Judge:
+    """The judge's client, once a worker of its model has answered the probe; JudgeUnavailable otherwise
+    (the service does not start: fail closed, never a quiet skip of a stage that was asked for)."""
+    s = svc.settings
+    judge = Judge(svc.nc, s.screen_judge_model, s.screen_judge_threshold, timeout_s=s.screen_judge_timeout_s,
+                  ack_timeout_s=s.ack_timeout_s)
+    try:
+        probe = await judge.wait_ready(4 * s.screen_judge_timeout_s)  # its worker may still be loading
+    except JudgeUnavailable as exc:
+        log.error("%s", exc)
+        raise
+    log.info("judge stage %s: %s answers (probe injection scored %.3f, threshold %.3f)", s.screen_judge,
+             s.screen_judge_model, probe, s.screen_judge_threshold)
+    return judge
 
 
 async def main(settings: Settings) -> int:

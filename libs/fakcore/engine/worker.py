@@ -2,6 +2,7 @@
 
 Subjects (protocol.subjects): generate requests arrive on the model's queue group (any worker of the model)
 and on this worker's own subject (session-affine); token counting on the model's count queue group;
+screening's judge questions (one token, logprobs: `judge_shaped`) on the model's judge queue group;
 cancellations are broadcast. Replies stream to the request's reply inbox: TokenChunk…, then GenerateDone
 or GenerateError. The same worker serves engine-cpu and engine-cuda; only the backend differs.
 
@@ -37,8 +38,8 @@ from fakcore.engine.prompt import RequestError, build_prompt
 from fakcore.engine.sampling import validate_sampling, with_defaults
 from fakcore.engine.scheduler import PREFILL_CHUNK, Chunk, Done, Event, Failed, Overloaded, Scheduler
 from fakcore.engine.sequence import Sequence, make_grammar
-from fakcore.protocol import (
 from fakcore.models.sources import recommended_sampling
+from fakcore.protocol import (
     Accepted,
     Announce,
     CountTokensReply,
@@ -61,11 +62,18 @@ from fakcore.models.sources import recommended_sampling
     subjects,
 )
 from fakcore.service import Service
-
 from fakcore.settings import sampling_defaults
+
 log = logging.getLogger("fak.engine")
 
 PROMPT_THREADS = 2  # prompts built at once (render + tokenize); the scheduler thread does the model work
+
+
+def judge_shaped(req: GenerateRequest) -> bool:
+    """A question of screening's judge: one token, its logprobs, a chat prompt, nothing that constrains or holds."""
+    s = req.sampling
+    return (s.max_tokens == 1 and s.logprobs and req.prompt is None and bool(req.messages) and not req.tools
+            and req.response_schema is None and not req.hold and not s.stop)
 
 
 @dataclass(frozen=True)
@@ -145,6 +153,7 @@ class EngineWorker:
                                    max_queue=s.max_queue, prefill_chunk=PREFILL_CHUNK, metrics=self.metrics,
                                    hold_timeout=s.hold_timeout_s)
         self.evict_mode = s.kv_evict_mode
+        self.sampling = {**recommended_sampling(model.name), **sampling_defaults(s.sampling)}  # for unset knobs
         self.receipt = Receipt(engine=engine_kind, worker=self.worker_id, backend=model.backend.name,
                                device=model.backend.device, model=model.name, weights_digest=model.weights_digest,
                                incarnation=uuid.uuid4().hex[:12])
@@ -153,7 +162,6 @@ class EngineWorker:
         self._inflight: dict[str, tuple[str, float]] = {}  # request id -> (reply subject, arrival time)
         self._early: dict[str, tuple[Release, float]] = {}  # Releases that overtook their request
         self._tasks: set[asyncio.Task] = set()
-        self.sampling = {**recommended_sampling(model.name), **sampling_defaults(s.sampling)}  # for unset knobs
         # Prompts are rendered and tokenized here, off the event loop: a huge conversation must not stall
         # other streams' replies or the heartbeat.
         self._prompts = concurrent.futures.ThreadPoolExecutor(PROMPT_THREADS, thread_name_prefix="fak-prompt")
@@ -165,6 +173,7 @@ class EngineWorker:
         await nc.subscribe(subjects.generate(name), queue=queue, cb=self._on_generate)
         await nc.subscribe(subjects.worker(self.worker_id, "generate"), cb=self._on_generate)
         await nc.subscribe(subjects.count_tokens(name), queue=queue, cb=self._on_count)
+        await nc.subscribe(subjects.judge(name), queue=queue, cb=self._on_judge)
         await nc.subscribe(subjects.CANCEL, cb=self._on_cancel)
         await nc.subscribe(subjects.RELEASE, cb=self._on_release)
         await nc.subscribe(subjects.worker(self.worker_id, "kv.evict"), cb=self._on_kv_evict)
@@ -214,6 +223,22 @@ class EngineWorker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _on_judge(self, msg: Any) -> None:
+        """Screening's question (screening/judge.py): served as a generate request, but only in its shape, one
+        token with logprobs and nothing that makes a generation, so the bus user that may ask (the
+        adjudicator's) gets yes/no answers and no text."""
+        try:
+            req = Decoders.engine_request.decode(msg.data)
+        except msgspec.DecodeError:
+            req = None
+        if msg.reply and not (isinstance(req, GenerateRequest) and judge_shaped(req)):
+            rid = req.request_id if isinstance(req, GenerateRequest) else ""
+            await self._reply(msg.reply, GenerateError(request_id=rid, code=ErrorCode.INVALID, message=(
+                "the judge subject serves one-token questions only (max_tokens 1, logprobs, messages, no tools, "
+                "grammar or hold)")))
+            return
+        await self._on_generate(msg)
+
     async def _accept(self, req: GenerateRequest, reply: str) -> None:
         rid = req.request_id
         try:
@@ -244,6 +269,7 @@ class EngineWorker:
     def _admit(self, req: GenerateRequest) -> Sequence:
         """Validate, render and tokenize (on a prompt thread): a Sequence ready for the scheduler."""
         ctx = self.model.config.context_length
+        req.sampling = with_defaults(req.sampling, self.sampling)
         validate_sampling(req.sampling)
         if len(req.messages) >= ctx:  # every message takes at least one token: no need to render it to know
             raise RequestError(ErrorCode.CONTEXT_LENGTH, f"{len(req.messages)} messages cannot fit in the {ctx}-token "
@@ -269,7 +295,6 @@ class EngineWorker:
         except RequestError as exc:
             await msg.respond(encode(GenerateError(request_id="", code=exc.code, message=str(exc))))
         except Exception as exc:
-        req.sampling = with_defaults(req.sampling, self.sampling)
             await msg.respond(encode(GenerateError(request_id="", code=ErrorCode.INVALID, message=f"cannot count tokens: {exc}")))
 
     async def _on_cancel(self, msg: Any) -> None:

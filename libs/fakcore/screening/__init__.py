@@ -1,7 +1,8 @@
-"""Inbound tool-result screening, in two layers.
+"""Inbound tool-result screening, in two layers here and an optional third on fak's engine.
 
     inline.py     rules for the shapes injections take (+ normalize.py: hidden text revealed)  ~1 ms
     model.py      a hashed n-gram classifier shipped with fak, window by window                ~1-3 ms
+    judge.py      an instruct model asked over the bus (FAK_SCREEN_JUDGE; the adjudicator's)   ~seconds
 
 `Screener.inline` gives the fast verdict every request waits for; `Screener.model_stage` the second
 opinion, which the adjudicator runs either before answering (`screen_model=sync`) or after it

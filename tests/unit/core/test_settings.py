@@ -63,6 +63,7 @@ LITERALS = {  # every enum-like setting: a wrong value, and the choice it is clo
     "backend": ("numab", "numba"),
     "activations": ("int4", "int8"),
     "screen_model": ("Sync", "sync"),
+    "screen_judge": ("asnyc", "async"),
     "kv_evict_mode": ("exakt", "exact"),
     "log_level": ("debug", "DEBUG"),
     "upstream_wire": ("antropic", "anthropic"),
