@@ -38,7 +38,9 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNa
 
 
 def base_settings(nats_url: str, **overrides: object) -> Settings:
-    """Settings for a test topology: isolated from the caller's FAK_* environment."""
+    """Settings for a test topology: isolated from the caller's FAK_* environment. Its engine runs the
+    reference backend unless a test names another (the fast path's tests do; most test what surrounds it)."""
+    overrides.setdefault("backend", "reference")
     return Settings.load(env={}, nats_url=nats_url, host="127.0.0.1", port=free_port(), announce_interval_s=0.2,
                          worker_stale_s=3.0, **overrides)
 

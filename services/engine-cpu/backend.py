@@ -4,11 +4,13 @@ Implements fakcore.engine.backend.Backend. Weights are repacked once at load int
 float32 scale and offset per sub-block (formats/quants/unpack.py); float tensors stay float32. Two ways to
 multiply, chosen by `activations`:
 
-- "f32" (default): kernels.py dequantizes one weight row at a time into a per-thread buffer and multiplies
+- "f32": kernels.py dequantizes one weight row at a time into a per-thread buffer and multiplies
   float activations; argmax-exact against the f32 reference.
 - "int8": vnni.py quantizes activations to int8 per 32-element block and multiplies bytes with integer
   dot products, as llama.cpp does: faster, and close to (not bit-equal with) the reference. The
   instructions (`isa`: AVX-512 VNNI or AVX2) are the best the CPU has unless forced; both give the same bits.
+- "auto": int8 where the CPU runs an int8 path, else f32; the log says which. Not the default: on SmolLM2
+  Q4_1 the int8 path answers "What is the capital of France?" wrongly where f32 says Paris.
 
 Every kernel of both paths is batch-invariant, so `batch_invariant = True`: exact KV eviction relies on it.
 """
@@ -31,7 +33,7 @@ FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
 NIBBLE_TYPES = ("Q4_0", "Q4_1", "Q4_K")  # 4-bit values: kept two to a byte
-ACTIVATIONS = ("f32", "int8")
+ACTIVATIONS = ("auto", "f32", "int8")
 
 log = logging.getLogger("fak.engine-cpu")
 
@@ -138,6 +140,12 @@ class NumbaBackend:
 
         if activations not in ACTIVATIONS:
             raise BackendError(f"numba backend: activations must be one of {', '.join(ACTIVATIONS)}, not {activations!r}")
+        if activations == "auto":  # the best path this CPU has: int8 where it runs one
+            from fak_engine_cpu import vnni
+
+            activations = "int8" if isa or vnni.best_isa() else "f32"
+            if activations == "f32":
+                log.info("numba backend: activations auto -> f32 (this CPU runs no int8 path)")
         if activations == "int8":
             from fak_engine_cpu import vnni
 

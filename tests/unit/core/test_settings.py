@@ -19,7 +19,8 @@ from fakcore.settings import Settings, SettingsError, parse_bytes
 
 def test_defaults():
     s = Settings.load(env={})
-    assert (s.host, s.port, s.model, s.backend) == ("127.0.0.1", 8080, "synthetic", "reference")
+    assert (s.host, s.port, s.model, s.backend) == ("127.0.0.1", 8080, "synthetic", "numba")
+    assert s.activations == "f32"  # argmax-exact; int8 (or auto) is asked for
     assert s.routed_models == ("synthetic",)
 
 

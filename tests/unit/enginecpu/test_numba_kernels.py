@@ -124,6 +124,14 @@ def test_int8_path_is_chosen_from_the_cpu_and_a_forced_one_it_lacks_is_an_error(
         NumbaBackend(isa="avx2")  # an int8 path for f32 activations
 
 
+def test_auto_activations_take_the_best_path_this_cpu_runs(monkeypatch):
+    auto = NumbaBackend(activations="auto")
+    assert (auto.name, auto.isa, auto.device) == (("numba-int8", INT8_PATHS[0], f"cpu:{INT8_PATHS[0]}") if INT8_PATHS
+                                                  else ("numba", "", "cpu"))
+    monkeypatch.setattr(vnni, "missing_features", lambda isa="avx512-vnni": ["avx2"])  # a CPU without an int8 path
+    assert (NumbaBackend(activations="auto").name, NumbaBackend(activations="auto").activations) == ("numba", "f32")
+
+
 @pytest.fixture(scope="module", params=INT8_PATHS or [None])
 def nb8(request):
     # Fails, not skips, on a CPU that runs no int8 path: the path's claims cannot be witnessed there.
