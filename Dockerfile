@@ -10,7 +10,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     FAK_HOST=0.0.0.0 \
     FAK_METRICS_HOST=0.0.0.0 \
-    FAK_CACHE_DIR=/var/cache/fak
+    FAK_CACHE_DIR=/var/cache/fak \
+    NUMBA_CACHE_DIR=/var/cache/fak/numba
 
 COPY --from=node /usr/local/bin/node /usr/local/bin/node
 COPY --from=node /usr/local/lib/node_modules /usr/local/lib/node_modules
