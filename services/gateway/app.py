@@ -58,7 +58,14 @@ from fak_gateway.pipeline import Pipeline
 from fak_gateway.responses_store import ResponseStore
 from fak_gateway.routes_gemini import ROUTE_NAMES as GEMINI_ROUTES
 from fak_gateway.routes_gemini import gemini_get_model, gemini_list_models, gemini_models_action
-from fak_gateway.routes_models import chat_completions, completions, count_tokens, list_models, messages
+from fak_gateway.routes_models import (
+    chat_completions,
+    completions,
+    count_tokens,
+    get_model,
+    list_models,
+    messages,
+)
 from fak_gateway.routes_operator import audit_log, healthz, metrics_endpoint, request_context
 from fak_gateway.routes_responses import delete_response, get_response, response_input_tokens, responses
 from fak_gateway.upstream import Upstreams
@@ -101,11 +108,13 @@ def route_label(path: str) -> str:
         return ROUTES[path]
     if path.startswith("/v1beta/models/") or (path.startswith("/v1/models/") and ":" in path):
         return GEMINI_ROUTES.get(path.rpartition(":")[2], "gemini_models")
+    if path.startswith("/v1/models/"):
+        return "models"
     return "other"
 
 
 def _error_response(request: Request, err: WireError) -> Response:
-    status, body = err.render(wire_of(request.url.path))
+    status, body = err.render(wire_of(request.url.path, request.headers, request.query_params))
     headers = {"retry-after": str(max(1, math.ceil(err.retry_after)))} if err.retry_after is not None else None
     return Response(body, status_code=status, headers=headers)
 
@@ -129,7 +138,7 @@ def on_http_error(request: Request, exc: HTTPException) -> Response:
         message = f"no route {request.method} {request.url.path}"
     elif exc.status_code == 405:
         message = f"method {request.method} is not allowed on {request.url.path}"
-    status, body = WireError(kind, str(message)).render(wire_of(request.url.path))
+    status, body = WireError(kind, str(message)).render(wire_of(request.url.path, request.headers, request.query_params))
     return Response(body, status_code=exc.status_code if exc.status_code in kinds else status)
 
 
@@ -215,8 +224,8 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
                 pass
 
     return Litestar(
-        route_handlers=[healthz, metrics_endpoint, list_models, chat_completions, completions, messages, count_tokens,
-                        responses, get_response, delete_response, response_input_tokens, gemini_models_action,
+        route_handlers=[healthz, metrics_endpoint, list_models, get_model, chat_completions, completions, messages,
+                        count_tokens, responses, get_response, delete_response, response_input_tokens, gemini_models_action,
                         gemini_list_models, gemini_get_model, audit_log, request_context, openapi_json, mcp_endpoint],
         lifespan=[lifespan],
         before_request=authenticate,

@@ -9,6 +9,7 @@ uses for that kind. A refusal for load carries `retry_after`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fakcore.protocol import ErrorCode
@@ -101,8 +102,19 @@ class WireError(Exception):
         return self.anthropic() if wire == "anthropic" else self.openai()
 
 
-def wire_of(path: str) -> str:
-    """Which wire's error shape a path speaks: Gemini's under /v1beta/ and for /v1/models/{model}:{action}."""
+GOOGLE_HEADERS = ("x-goog-api-key", "x-goog-api-client")  # what google-genai and Gemini CLI send, and no other SDK
+
+
+def google_client(headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+    """A Google client on a path other wires share (GET /v1/models: the google-genai SDK's default version)."""
+    return any(h in headers for h in GOOGLE_HEADERS) or "key" in query
+
+
+def wire_of(path: str, headers: Mapping[str, str] | None = None, query: Mapping[str, str] | None = None) -> str:
+    """Which wire's error shape a request speaks: Gemini's under /v1beta/, for /v1/models/{model}:{action},
+    and for a Google client's /v1/models; Anthropic's under /v1/messages; else OpenAI's."""
     if path.startswith("/v1beta/") or path == "/v1beta" or (path.startswith("/v1/models/") and ":" in path):
+        return "gemini"
+    if path.startswith("/v1/models") and google_client(headers or {}, query or {}):
         return "gemini"
     return "anthropic" if path.startswith("/v1/messages") else "openai"

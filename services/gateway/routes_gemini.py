@@ -115,6 +115,10 @@ async def count_upstream(state: State, upstream: Upstream, route: Route, body: b
 
 @get("/v1beta/models", sync_to_thread=False)
 def gemini_list_models(request: Request) -> Response:
+    return gemini_models_page(request)
+
+
+def gemini_models_page(request: Request) -> Response:
     """Every model this gateway names, in pages (`pageSize`, default 50; `pageToken`: where the next begins)."""
     state = state_of(request)
     names = state.pipeline.models() if state.pipeline else list(state.settings.routed_models)
@@ -132,6 +136,10 @@ def gemini_list_models(request: Request) -> Response:
 
 @get("/v1beta/models/{name:path}", sync_to_thread=False)
 def gemini_get_model(request: Request, name: str) -> Response:
+    return gemini_model(request, name)
+
+
+def gemini_model(request: Request, name: str) -> Response:
     model, action = gemini_wire.split_action(name)
     if action:
         raise WireError("not_found", f"no route GET {request.url.path}")

@@ -8,7 +8,7 @@ from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from fak_gateway import anthropic_wire, openai_wire, proxy
-from fak_gateway.errors import WireError
+from fak_gateway.errors import WireError, google_client
 from fak_gateway.guard import start_backend
 from fak_gateway.handling import (
     key_id_of,
@@ -21,10 +21,15 @@ from fak_gateway.handling import (
     state_of,
 )
 from fak_gateway.pipeline import CACHE_SALT_HEADER, tenant
+from fak_gateway.routes_gemini import gemini_model, gemini_models_page
 
 
 @get("/v1/models", sync_to_thread=False)
 def list_models(request: Request) -> Response:
+    """OpenAI's list, Anthropic's for a client that sends anthropic-version, Google's for a Google client (the
+    google-genai SDK's default version is v1, so it lists here)."""
+    if google_client(request.headers, request.query_params):
+        return gemini_models_page(request)
     state = state_of(request)
     names = state.pipeline.models() if state.pipeline else list(state.settings.routed_models)
     created = int(state.started)
@@ -33,6 +38,17 @@ def list_models(request: Request) -> Response:
         return Response({"data": data, "has_more": False, "first_id": names[0] if names else None,
                          "last_id": names[-1] if names else None})
     return Response({"object": "list", "data": [{"id": n, "object": "model", "created": created, "owned_by": "fak"} for n in names]})
+
+
+@get("/v1/models/{name:path}", sync_to_thread=False)
+def get_model(request: Request, name: str) -> Response:
+    """One model: OpenAI's object, or Google's for a Google client; a model this gateway does not serve is a 404."""
+    if google_client(request.headers, request.query_params):
+        return gemini_model(request, name)
+    state, name = state_of(request), name.lstrip("/")  # a path parameter keeps its leading slash
+    if name not in (state.pipeline.models() if state.pipeline else list(state.settings.routed_models)):
+        raise WireError("not_found", f"The model '{name}' does not exist", param="model")
+    return Response({"id": name, "object": "model", "created": int(state.started), "owned_by": "fak"})
 
 
 @post("/v1/chat/completions", status_code=200)

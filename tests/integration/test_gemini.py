@@ -10,6 +10,7 @@ import json
 import re
 
 import httpx
+import openai
 import pytest
 from google import genai
 from google.genai import errors as genai_errors
@@ -102,13 +103,22 @@ def test_the_sdk_generates_streams_and_counts_in_kernel(topo, version):
     assert counted.total_tokens > 0
 
 
-def test_the_model_list_and_one_model(topo):
-    c = client(topo)
+@pytest.mark.parametrize("version", ["v1beta", None])  # None: the SDK's default (v1), a path OpenAI's SDK lists on too
+def test_the_model_list_and_one_model(topo, version):
+    c = client(topo, version)
     assert "models/synthetic" in [m.name for m in c.models.list()]
     assert c.models.get(model="synthetic").name == "models/synthetic"
     with pytest.raises(genai_errors.ClientError) as e:
         c.models.get(model="nope")
     assert e.value.code == 404 and e.value.status == "NOT_FOUND"
+
+
+def test_openais_sdk_lists_and_retrieves_on_the_same_paths(topo):
+    oai = openai.OpenAI(base_url=topo.gateway_url + "/v1", api_key=KEY, max_retries=0)
+    assert "synthetic" in [m.id for m in oai.models.list()]
+    assert oai.models.retrieve("synthetic").id == "synthetic"
+    with pytest.raises(openai.NotFoundError):
+        oai.models.retrieve("nope")
 
 
 def test_a_forced_call_with_mode_any_and_its_round_trip(topo):
