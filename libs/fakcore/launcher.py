@@ -115,6 +115,7 @@ class Topology:
     def start(self, timeout: float = 120.0) -> Topology:
         t0 = time.monotonic()
         tls = embedded_tls(self.settings)
+        check_model(self.settings, self.services)
         check_judge(self.settings, self.services)
         if not self.settings.nats_url:
             server = EmbeddedNats(data_dir=data_dir(self.settings), port=self.settings.nats_port, auth=self.auth, tls=tls)
@@ -323,6 +324,19 @@ def judge_worker(settings: Settings, services: tuple[str, ...]) -> bool:
     s = settings
     return (s.screen_judge != "off" and "adjudicator" in services
             and not ("engine-cpu" in services and s.model == s.screen_judge_model))
+
+
+def check_model(settings: Settings, services: tuple[str, ...]) -> None:
+    """The engine's model must resolve before anything starts: a misspelt name or a missing file is one line,
+    not a worker's traceback after the whole stack came up."""
+    from fakcore.models.sources import ModelSourceError, resolve
+
+    if "engine-cpu" not in services:
+        return
+    try:
+        resolve(settings.model, settings.cache_dir)
+    except ModelSourceError as exc:
+        raise StartupError(f"FAK_MODEL={settings.model}: {exc}") from exc
 
 
 def check_judge(settings: Settings, services: tuple[str, ...]) -> None:

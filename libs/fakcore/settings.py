@@ -96,7 +96,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     announce_interval_s: Annotated[float, _doc("Seconds between worker/service heartbeats on the bus.")] = 1.0
     cache_dir: Annotated[str, _doc("Model cache directory (default: ~/.cache/fak).")] = ""
     prometheus_targets: Annotated[str, _doc("`fak up`: the Prometheus file-SD list it keeps of every service's metrics endpoint (default `<cache dir>/prometheus/targets.json`; `off`: none).")] = ""
-    sampling: Annotated[str, _doc("Engine: sampling for requests that leave it unset, e.g. `temperature=0.2,top_p=0.9,top_k=40` (temperature 0: greedy). A knob not named here: the recommendation of the model's makers (for the models `fak model pull` knows), else temperature 1, top_p 1, top_k off. What a request sets always wins.")] = ""
+    sampling: Annotated[str, _doc("Engine: sampling for requests that leave it unset, e.g. `temperature=0.2,top_p=0.9,top_k=40` (temperature 0: greedy). A knob not named here: the recommendation of the model's makers (`fak model list` shows it), else temperature 1, top_p 1, top_k off. What a request sets always wins.")] = ""
     kv_budget: Annotated[str, _doc("KV-cache memory of an engine worker (a size, read at start-up: e.g. 512MiB, 2GiB): finished sequences are kept for prefix reuse and dropped least-recently-used first above it; 0 keeps none.")] = "1GiB"
     kv_min_prefix: Annotated[int, _doc("Fewest shared prompt tokens worth reusing from a cached sequence.")] = 16
     kv_evict_mode: Annotated[Literal["exact", "shift"], _doc("How a quarantined block's KV spans are evicted: `exact` (drop, recompute the suffix: bit-identical to a fresh prefill) or `shift` (drop, re-rotate survivors' keys; no recompute).")] = "exact"

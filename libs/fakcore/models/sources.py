@@ -5,6 +5,7 @@ Nothing here downloads at serve or test time except `pull`, which the user (or C
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import shutil
@@ -166,7 +167,11 @@ def resolve(ref: str, configured_cache: str = "") -> Path | str:
         return path
     if path.exists():
         raise ModelSourceError(f"{path}: neither a .gguf file nor a directory of .safetensors files")
-    raise ModelSourceError(f"unknown model {ref!r}: expected synthetic, {', '.join(sorted(PULLABLE))}, a .gguf path, "
+    if path.suffix in (".gguf", ".safetensors") or "/" in ref or ref.startswith((".", "~")):  # meant as a path
+        raise ModelSourceError(f"model {ref!r}: no such file or directory ({path.absolute()})")
+    close = difflib.get_close_matches(ref.lower(), ["synthetic", *PULLABLE], n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ModelSourceError(f"unknown model {ref!r}{hint}: expected synthetic, {', '.join(sorted(PULLABLE))}, a .gguf path, "
                            "a safetensors directory, or hf://org/repo")
 
 

