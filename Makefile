@@ -14,7 +14,7 @@ ARGS    ?=
 $(STAMP): pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e .
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[clients]'
 	touch $@
 
 $(TSTAMP): $(STAMP)

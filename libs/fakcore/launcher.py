@@ -326,6 +326,16 @@ def judge_worker(settings: Settings, services: tuple[str, ...]) -> bool:
             and not ("engine-cpu" in services and s.model == s.screen_judge_model))
 
 
+def client_lines(url: str, models: tuple[str, ...]) -> list[str]:
+    """What `fak up` prints once it is up: the models, and how each kind of client points at the gateway."""
+    return [f"  models:      {', '.join(models) or '(the upstream routes)'}    health: {url}/healthz",
+            f"  SDKs:        OPENAI_BASE_URL={url}/v1  ANTHROPIC_BASE_URL={url}  (google-genai: http_options base_url={url})",
+            f"  Claude Code: ANTHROPIC_BASE_URL={url} claude",
+            f"  Codex:       ~/.codex/config.toml: model_provider = \"fak\", [model_providers.fak] base_url = \"{url}/v1\", "
+            "wire_api = \"responses\"",
+            f"  Gemini CLI:  GEMINI_API_KEY=<key> GOOGLE_GEMINI_BASE_URL={url} gemini"]
+
+
 def check_model(settings: Settings, services: tuple[str, ...]) -> None:
     """The engine's model must resolve before anything starts: a misspelt name or a missing file is one line,
     not a worker's traceback after the whole stack came up."""
@@ -409,7 +419,8 @@ def up(settings: Settings, workers: int = 1) -> int:
         (f"{', ' if 'engine-cpu' in topo.services else ''}upstream {s.base_url or s.routes}" if table.upstreams else "")
     print(f"fak is up in {time.monotonic() - t0:.1f}s: gateway {topo.gateway_url}  ({serves}, "
           f"nats {s.nats_url}{f' embedded, data {topo.nats.data_dir}' if topo.nats else ''})", flush=True)
-    print(f"  OpenAI:    {topo.gateway_url}/v1    Anthropic: {topo.gateway_url}    health: {topo.gateway_url}/healthz", flush=True)
+    for line in client_lines(topo.gateway_url, s.routed_models):
+        print(line, flush=True)
     if targets is not None:
         print(f"  Prometheus file-SD targets: {targets.path}", flush=True)
     try:
