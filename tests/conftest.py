@@ -59,6 +59,19 @@ def running(topo: Topology, timeout: float = 90) -> Iterator[Topology]:
         topo.stop()
 
 
+@contextlib.contextmanager
+def smollm2(nats_server: EmbeddedNats, log_dir: Path, **overrides: object) -> Iterator[Topology]:
+    """The whole topology serving the real SmolLM2-135M-Instruct on the fast path, for the real agent CLIs.
+    Their first request is a long prefill (thousands of tokens): a silence beyond the default idle timeout is
+    expected there, not a hang."""
+    from fakcore.models.sources import pulled_path
+
+    assert pulled_path("smollm2-135m").exists(), "SmolLM2 weights missing: run `fak model pull smollm2-135m` (make test does)"
+    settings = base_settings(nats_server.url, **{"model": "smollm2-135m", "backend": "numba", "idle_timeout_s": 600.0, **overrides})
+    with running(Topology(settings, log_dir=log_dir), timeout=240) as topo:
+        yield topo
+
+
 @pytest.fixture(scope="module")
 def topology(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
     """adjudicator, kvmmu, one engine-cpu worker (synthetic) and the gateway."""

@@ -13,9 +13,7 @@ import re
 import httpx
 import pytest
 
-from fakcore.launcher import Topology
-from fakcore.models.sources import pulled_path
-from tests.conftest import base_settings, running
+from tests.conftest import smollm2
 from tests.support.clients import codex_events, codex_exec
 
 pytestmark = pytest.mark.slow
@@ -23,14 +21,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def smol(nats_server, tmp_path_factory):
-    assert pulled_path("smollm2-135m").exists(), "SmolLM2 weights missing: run `fak model pull smollm2-135m` (make test does)"
-    # Codex's first request is a ~7k-token prefill, one long engine step (longer still while numba compiles
-    # its kernels on a fresh checkout): silence beyond the default 120 s is expected here, not a hang.
     # Codex sends no temperature, so the engine's default applies; greedy makes the turn one fixed text (sampled,
     # SmolLM2 sometimes rambles past the output limit and Codex fails the turn on `incomplete`).
-    settings = base_settings(nats_server.url, model="smollm2-135m", backend="numba", idle_timeout_s=600.0,
-                             sampling="temperature=0")
-    with running(Topology(settings, log_dir=tmp_path_factory.mktemp("codex-smol")), timeout=240) as topo:
+    with smollm2(nats_server, tmp_path_factory.mktemp("codex-smol"), sampling="temperature=0") as topo:
         yield topo
 
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakcore.launcher import Topology
-from fakcore.models.sources import pulled_path
-from tests.conftest import base_settings, running
+from tests.conftest import smollm2
 from tests.integration.test_gemini import statuses
 from tests.support.clients import gemini_run
 
@@ -22,10 +20,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def smol(nats_server, tmp_path_factory):
-    assert pulled_path("smollm2-135m").exists(), "SmolLM2 weights missing: run `fak model pull smollm2-135m` (make test does)"
-    # the first prefill is one long engine step while numba compiles its kernels on a fresh checkout
-    settings = base_settings(nats_server.url, model="smollm2-135m", backend="numba", idle_timeout_s=600.0)
-    with running(Topology(settings, log_dir=tmp_path_factory.mktemp("gemini-smol")), timeout=240) as topo:
+    with smollm2(nats_server, tmp_path_factory.mktemp("gemini-smol")) as topo:
         yield topo
 
 
