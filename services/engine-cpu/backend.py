@@ -89,7 +89,8 @@ def pack_nibbles(q: np.ndarray) -> np.ndarray:
 class NumbaKVCache(KVCache):
     """KVCache plus a transposed copy of the keys, (L, Hkv, D, S): the layout the attention kernel reads.
     Kept in step on every write and after every move of the keys (`keys_changed`); `k` stays the cache's
-    truth (digests)."""
+    truth (digests). `addresses` names its arrays to the batched attention kernel (kernels.CACHE_FIELDS),
+    which writes the forward pass's new rows itself."""
 
     def _alloc(self, capacity: int) -> None:
         old_kt = getattr(self, "kt", None)
@@ -99,6 +100,9 @@ class NumbaKVCache(KVCache):
         if old_kt is not None:
             n = min(self.length, old_kt.shape[-1])
             self.kt[..., :n] = old_kt[..., :n]
+        assert self.dtype == np.float32, "the attention kernel reads float32 caches"
+        self.addresses = (self.k.ctypes.data, self.v.ctypes.data,
+                          0 if self.k_pre is None else self.k_pre.ctypes.data, self.kt.ctypes.data, capacity)
 
     def write(self, layer: int, start: int, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         super().write(layer, start, k_pre, k, v)
@@ -277,16 +281,17 @@ class NumbaBackend:
 
     def attention(self, q, k_pre, k, v, segments: list[Segment], layer: int, window: int, scale: float,
                   softcap: float) -> np.ndarray:
-        out = np.empty_like(q)
+        """Every segment's rows in one kernel call: the kernel stores them in their caches and attends."""
+        lines = []
         for seg in segments:
             cache: NumbaKVCache = seg.cache
-            start = cache.length
-            n = seg.rows.stop - seg.rows.start
-            cache.write(layer, start, k_pre[seg.rows], k[seg.rows], v[seg.rows])
-            part = np.empty((n, q.shape[1], q.shape[2]), np.float32)
-            self.k.attention(np.ascontiguousarray(q[seg.rows]), cache.kt[layer], cache.v[layer], start, int(window),
-                             np.float32(scale), np.float32(softcap), part)
-            out[seg.rows] = part
+            if cache.shape[1:] != k.shape[1:] or layer >= cache.shape[0]:  # the kernel writes by address: no stray shapes
+                raise BackendError(f"attention: cache of shape {cache.shape} for layer {layer}, rows {k.shape[1:]}")
+            cache.reserve(cache.length + seg.rows.stop - seg.rows.start)
+            lines.append((*cache.addresses, cache.length, seg.rows.start, seg.rows.stop))
+        out = np.empty_like(q)
+        self.k.attention(q, k_pre, k, v, np.array(lines, np.int64), layer, int(window), np.float32(scale),
+                         np.float32(softcap), out)
         return out
 
     def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:

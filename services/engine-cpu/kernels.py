@@ -16,7 +16,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 from llvmlite import binding as llvm
-from numba import njit, prange
+from numba import carray, njit, prange, types
+from numba.extending import intrinsic
 
 # LLVM prefers 256-bit vectors on AVX-512 parts (to spare clock throttling on older chips); the tiles
 # below run about twice as fast with full 512-bit vectors. Only when the user has not set
@@ -289,91 +290,151 @@ def gated_gelu_tanh(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# attention over one sequence's cache
+# attention: every row of the batch against its own sequence's cache, in one call
 # ---------------------------------------------------------------------------------------------------------
+
+# A batch's rows belong to several caches, each its own numpy arrays (of its own capacity), which a numba
+# kernel cannot take as a list without building a typed list per call. So the backend hands the kernel a
+# table of addresses (CACHE_FIELDS per segment) and the kernel views each cache's memory with numba.carray.
+# The caller keeps the caches alive and large enough (reserved) for the call.
+CACHE_FIELDS = 8  # k, v, k_pre (0: none), kt addresses; capacity; cache length; the segment's first, last+1 row
+
+
+@intrinsic
+def _float32_at(typingctx, address):
+    """An int64 address (numpy's `.ctypes.data`) as the float32 pointer numba.carray takes."""
+    sig = types.CPointer(types.float32)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return sig, codegen
+
+
+@njit(inline="always", cache=True)
+def _layer_of(address: int, layer: int, a: int, b: int, c: int) -> np.ndarray:
+    """Layer `layer` (a, b, c) of a float32 (L, a, b, c) array at `address`."""
+    return carray(_float32_at(address + 4 * layer * a * b * c), (a, b, c))
+
+
+@njit(fastmath=FAST, inline="always", cache=True)
+def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, pos: int, kvh: int, window: int,
+            scale: np.float32, softcap: np.float32, out: np.ndarray) -> None:
+    """One query (H, D) at position `pos`, key/value head kvh's whole query group, against keys_t (Hkv, D, S)
+    (keys transposed: one row per feature) and values (Hkv, S, D) -> out (H, D) for that group's heads.
+
+    Every key and value row is read once for the group. Per query head: scores over its visible keys,
+    accumulated feature by feature with each key in its own lane (no cross-key reduction), a max-subtracted
+    softmax, then the weighted sum of value rows in position order. Nothing depends on the rest of the batch."""
+    H, D = q.shape
+    G = H // keys_t.shape[0]
+    lo = 0
+    if window > 0 and pos - window + 1 > 0:
+        lo = pos - window + 1
+    count = pos + 1 - lo
+    scores = np.zeros((G, count), np.float32)
+    d4 = D - D % 4
+    for d in range(0, d4, 4):  # four features per pass: one load and store of a score per four products
+        k0 = keys_t[kvh, d, lo:pos + 1]
+        k1 = keys_t[kvh, d + 1, lo:pos + 1]
+        k2 = keys_t[kvh, d + 2, lo:pos + 1]
+        k3 = keys_t[kvh, d + 3, lo:pos + 1]
+        for g in range(G):
+            qh = q[kvh * G + g]
+            q0, q1, q2, q3 = qh[d], qh[d + 1], qh[d + 2], qh[d + 3]
+            srow = scores[g]
+            for j in range(count):
+                srow[j] = srow[j] + q0 * k0[j] + q1 * k1[j] + q2 * k2[j] + q3 * k3[j]
+    for d in range(d4, D):
+        krow = keys_t[kvh, d, lo:pos + 1]
+        for g in range(G):
+            qd = q[kvh * G + g, d]
+            srow = scores[g]
+            for j in range(count):
+                srow[j] += qd * krow[j]
+    inv = np.empty(G, np.float32)
+    for g in range(G):
+        srow = scores[g]
+        best = np.float32(-np.inf)
+        for j in range(count):
+            s = srow[j] * scale
+            if softcap > np.float32(0.0):
+                s = np.tanh(s / softcap) * softcap
+            srow[j] = s
+            best = max(best, s)
+        total = np.float32(0.0)
+        for j in range(count):
+            e = np.exp(srow[j] - best)
+            srow[j] = e
+            total += e
+        inv[g] = np.float32(1.0) / total
+        o = out[kvh * G + g]
+        for dd in range(D):
+            o[dd] = np.float32(0.0)
+    c4 = count - count % 4
+    for j in range(0, c4, 4):  # four value rows per pass: one load and store of an output per four products
+        v0 = values[kvh, lo + j]
+        v1 = values[kvh, lo + j + 1]
+        v2 = values[kvh, lo + j + 2]
+        v3 = values[kvh, lo + j + 3]
+        for g in range(G):
+            p0 = scores[g, j] * inv[g]
+            p1 = scores[g, j + 1] * inv[g]
+            p2 = scores[g, j + 2] * inv[g]
+            p3 = scores[g, j + 3] * inv[g]
+            o = out[kvh * G + g]
+            for dd in range(D):
+                o[dd] = o[dd] + p0 * v0[dd] + p1 * v1[dd] + p2 * v2[dd] + p3 * v3[dd]
+    for j in range(c4, count):
+        vrow = values[kvh, lo + j]
+        for g in range(G):
+            p = scores[g, j] * inv[g]
+            o = out[kvh * G + g]
+            for dd in range(D):
+                o[dd] += p * vrow[dd]
 
 
 @njit(parallel=True, fastmath=FAST, cache=True)
-def attention(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, start: int, window: int, scale: np.float32,
-              softcap: np.float32, out: np.ndarray) -> None:
-    """q (n, H, D) for positions start..start+n-1; keys_t (Hkv, D, S) (keys transposed: one row per feature)
-    and values (Hkv, S, D) with S >= start+n -> out (n, H, D).
+def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, caches: np.ndarray, layer: int,
+              window: int, scale: np.float32, softcap: np.float32, out: np.ndarray) -> None:
+    """q (T, H, D) and the new k_pre, k, v (T, Hkv, D) of a batch; caches (C, CACHE_FIELDS), one line per
+    segment: its cache's arrays k, v, k_pre (L, Hkv, S, D) and kt (L, Hkv, D, S) by address, S, the cache's
+    length before this call and the segment's rows [first, stop). Row t of segment c is at position
+    length + t - first. Stores the new rows in layer `layer` of their caches, then -> out (T, H, D).
 
-    One job per (query, key/value head) computes that head's whole query group, so every key and value row
-    is read once for the group. Per query head: scores over its visible keys, accumulated feature by
-    feature with each key in its own lane (no cross-key reduction), a max-subtracted softmax, then the
-    weighted sum of value rows in position order. Nothing depends on n or on where the query sits."""
-    n, H, D = q.shape
-    Hkv = keys_t.shape[0]
-    G = H // Hkv
-    for job in prange(n * Hkv):
-        i = job // Hkv
-        kvh = job - i * Hkv
-        pos = start + i
-        lo = 0
-        if window > 0 and pos - window + 1 > 0:
-            lo = pos - window + 1
-        count = pos + 1 - lo
-        scores = np.zeros((G, count), np.float32)
-        d4 = D - D % 4
-        for d in range(0, d4, 4):  # four features per pass: one load and store of a score per four products
-            k0 = keys_t[kvh, d, lo:pos + 1]
-            k1 = keys_t[kvh, d + 1, lo:pos + 1]
-            k2 = keys_t[kvh, d + 2, lo:pos + 1]
-            k3 = keys_t[kvh, d + 3, lo:pos + 1]
-            for g in range(G):
-                qh = q[i, kvh * G + g]
-                q0, q1, q2, q3 = qh[d], qh[d + 1], qh[d + 2], qh[d + 3]
-                srow = scores[g]
-                for j in range(count):
-                    srow[j] = srow[j] + q0 * k0[j] + q1 * k1[j] + q2 * k2[j] + q3 * k3[j]
-        for d in range(d4, D):
-            krow = keys_t[kvh, d, lo:pos + 1]
-            for g in range(G):
-                qd = q[i, kvh * G + g, d]
-                srow = scores[g]
-                for j in range(count):
-                    srow[j] += qd * krow[j]
-        inv = np.empty(G, np.float32)
-        for g in range(G):
-            srow = scores[g]
-            best = np.float32(-np.inf)
-            for j in range(count):
-                s = srow[j] * scale
-                if softcap > np.float32(0.0):
-                    s = np.tanh(s / softcap) * softcap
-                srow[j] = s
-                best = max(best, s)
-            total = np.float32(0.0)
-            for j in range(count):
-                e = np.exp(srow[j] - best)
-                srow[j] = e
-                total += e
-            inv[g] = np.float32(1.0) / total
-            o = out[i, kvh * G + g]
-            for dd in range(D):
-                o[dd] = np.float32(0.0)
-        c4 = count - count % 4
-        for j in range(0, c4, 4):  # four value rows per pass: one load and store of an output per four products
-            v0 = values[kvh, lo + j]
-            v1 = values[kvh, lo + j + 1]
-            v2 = values[kvh, lo + j + 2]
-            v3 = values[kvh, lo + j + 3]
-            for g in range(G):
-                p0 = scores[g, j] * inv[g]
-                p1 = scores[g, j + 1] * inv[g]
-                p2 = scores[g, j + 2] * inv[g]
-                p3 = scores[g, j + 3] * inv[g]
-                o = out[i, kvh * G + g]
-                for dd in range(D):
-                    o[dd] = o[dd] + p0 * v0[dd] + p1 * v1[dd] + p2 * v2[dd] + p3 * v3[dd]
-        for j in range(c4, count):
-            vrow = values[kvh, lo + j]
-            for g in range(G):
-                p = scores[g, j] * inv[g]
-                o = out[i, kvh * G + g]
-                for dd in range(D):
-                    o[dd] += p * vrow[dd]
+    One job per (row, key/value head); the rows of a prefill see the keys stored before them (window
+    permitting), a decode row its whole cache."""
+    T, H, D = q.shape
+    Hkv = k.shape[1]
+    C = caches.shape[0]
+    row_cache = np.empty(T, np.int64)
+    for c in range(C):  # the new rows first: a prefill's later queries read its earlier keys
+        cap, length, first = caches[c, 4], caches[c, 5], caches[c, 6]
+        kc = _layer_of(caches[c, 0], layer, Hkv, cap, D)
+        vc = _layer_of(caches[c, 1], layer, Hkv, cap, D)
+        ktc = _layer_of(caches[c, 3], layer, Hkv, D, cap)
+        for t in range(first, caches[c, 7]):
+            row_cache[t] = c
+            p = length + t - first
+            for h in range(Hkv):
+                for d in range(D):
+                    kc[h, p, d] = k[t, h, d]
+                    vc[h, p, d] = v[t, h, d]
+                    ktc[h, d, p] = k[t, h, d]
+        if caches[c, 2] != 0:
+            kpc = _layer_of(caches[c, 2], layer, Hkv, cap, D)
+            for t in range(first, caches[c, 7]):
+                for h in range(Hkv):
+                    for d in range(D):
+                        kpc[h, length + t - first, d] = k_pre[t, h, d]
+    for job in prange(T * Hkv):
+        t = job // Hkv
+        kvh = job - t * Hkv
+        c = row_cache[t]
+        cap = caches[c, 4]
+        keys_t = _layer_of(caches[c, 3], layer, Hkv, D, cap)
+        values = _layer_of(caches[c, 1], layer, Hkv, cap, D)
+        _attend(q[t], keys_t, values, caches[c, 5] + t - caches[c, 6], kvh, window, scale, softcap, out[t])
 
 
 @njit(parallel=True, cache=True)
