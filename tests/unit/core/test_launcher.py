@@ -73,11 +73,13 @@ def test_topology_starts_and_stops_every_process(nats_server, tmp_path):
 def test_topology_reports_a_service_that_dies_at_start(nats_server, tmp_path):
     from tests.conftest import base_settings
 
-    topo = Topology(base_settings(nats_server.url, model="/no/such/model.gguf"), services=("engine-cpu",), log_dir=tmp_path)
+    broken = tmp_path / "broken.gguf"  # there (so fak up lets it through), but no GGUF: the worker dies loading it
+    broken.write_bytes(b"not a gguf file")
+    topo = Topology(base_settings(nats_server.url, model=str(broken)), services=("engine-cpu",), log_dir=tmp_path / "logs")
     with pytest.raises(StartupError, match="engine-cpu exited"):
         topo.start(timeout=30)
     assert topo.children == []
-    assert "no/such/model.gguf" in (tmp_path / "engine-cpu.log").read_text()
+    assert "broken.gguf" in (tmp_path / "logs" / "engine-cpu.log").read_text()
 
 
 def test_fak_up_sigterm_stops_everything(tmp_path):

@@ -70,7 +70,7 @@ def test_the_adjudicator_may_ask_the_judge_subject_and_never_generate():
 
 def test_fak_up_refuses_a_judge_whose_model_is_not_there(tmp_path):
     s = base_settings("nats://127.0.0.1:1", screen_judge="async", screen_judge_model=str(tmp_path / "absent.gguf"))
-    with pytest.raises(StartupError, match="judge's model is not available.*unknown model"):
+    with pytest.raises(StartupError, match="judge's model is not available.*absent.gguf': no such file"):
         Topology(s, services=("adjudicator",)).start(timeout=5)
 
 
