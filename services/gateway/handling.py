@@ -113,6 +113,11 @@ def key_id_of(request: Request) -> str:
     return key_id(api_key(request))
 
 
+def served_models(state: State) -> list[str]:
+    """Every model id this gateway answers for, in the order its routes name them."""
+    return state.pipeline.models() if state.pipeline else list(state.settings.routed_models)
+
+
 def pipeline_of(state: State) -> Pipeline:
     if state.pipeline is None:
         raise WireError("unavailable", "the gateway is starting: its routes are not loaded yet")

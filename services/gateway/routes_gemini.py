@@ -23,6 +23,7 @@ from fak_gateway.handling import (
     proxied,
     receipt_headers,
     respond,
+    served_models,
     session_of,
     sse,
     state_of,
@@ -121,7 +122,7 @@ def gemini_list_models(request: Request) -> Response:
 def gemini_models_page(request: Request) -> Response:
     """Every model this gateway names, in pages (`pageSize`, default 50; `pageToken`: where the next begins)."""
     state = state_of(request)
-    names = state.pipeline.models() if state.pipeline else list(state.settings.routed_models)
+    names = served_models(state)
     try:
         size = max(1, min(1000, int(request.query_params.get("pageSize") or 50)))
         start = max(0, int(request.query_params.get("pageToken") or 0))

@@ -16,6 +16,7 @@ from fak_gateway.handling import (
     proxied,
     receipt_headers,
     respond,
+    served_models,
     session_of,
     sse,
     state_of,
@@ -31,7 +32,7 @@ def list_models(request: Request) -> Response:
     if google_client(request.headers, request.query_params):
         return gemini_models_page(request)
     state = state_of(request)
-    names = state.pipeline.models() if state.pipeline else list(state.settings.routed_models)
+    names = served_models(state)
     created = int(state.started)
     if request.headers.get("anthropic-version"):
         data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
@@ -46,7 +47,7 @@ def get_model(request: Request, name: str) -> Response:
     if google_client(request.headers, request.query_params):
         return gemini_model(request, name)
     state, name = state_of(request), name.lstrip("/")  # a path parameter keeps its leading slash
-    if name not in (state.pipeline.models() if state.pipeline else list(state.settings.routed_models)):
+    if name not in served_models(state):
         raise WireError("not_found", f"The model '{name}' does not exist", param="model")
     return Response({"id": name, "object": "model", "created": int(state.started), "owned_by": "fak"})
 

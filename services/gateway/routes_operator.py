@@ -11,6 +11,7 @@ from litestar import Request, Response, get
 
 from fak_gateway.errors import WireError
 from fak_gateway.handling import (
+    served_models,
     state_of,
     viewer,
 )
@@ -39,7 +40,7 @@ def healthz(request: Request) -> Response:
     body = {
         "ok": ok,
         "model": s.routed_models[0],
-        "models": pipeline.models() if pipeline else list(s.routed_models),
+        "models": served_models(state),
         "engine": "inkernel" if wanted else "upstream",
         "routes": pipeline.health() if pipeline else [],
         "nats": nats_ok,

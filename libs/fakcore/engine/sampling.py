@@ -45,12 +45,12 @@ def validate_sampling(p: Sampling) -> None:
     def bad(field: str, why: str) -> RequestError:
         return RequestError(ErrorCode.INVALID, f"`{field}` {why}")
 
-    p = with_defaults(p, NEUTRAL)
-    if not (math.isfinite(p.temperature) and 0.0 <= p.temperature <= MAX_TEMPERATURE):
+    # a knob left unset (None) is the served model's to choose: only what the request set is checked
+    if p.temperature is not None and not (math.isfinite(p.temperature) and 0.0 <= p.temperature <= MAX_TEMPERATURE):
         raise bad("temperature", f"must be a number from 0 to {MAX_TEMPERATURE:g}, not {p.temperature!r}")
-    if not (math.isfinite(p.top_p) and 0.0 <= p.top_p <= 1.0):
+    if p.top_p is not None and not (math.isfinite(p.top_p) and 0.0 <= p.top_p <= 1.0):
         raise bad("top_p", f"must be a number from 0 to 1, not {p.top_p!r}")
-    if p.top_k < 0:
+    if p.top_k is not None and p.top_k < 0:
         raise bad("top_k", f"must be 0 (off) or a positive count, not {p.top_k}")
     if p.max_tokens < 1:
         raise bad("max_tokens", "must be at least 1")
@@ -60,7 +60,7 @@ def validate_sampling(p: Sampling) -> None:
 
 class Sampler:
     def __init__(self, params: Sampling):
-        params = with_defaults(params, NEUTRAL)  # the worker has filled in the model's defaults already
+        params = with_defaults(params, NEUTRAL)  # a worker fills the model's defaults first; what is left is neutral
         self.temperature = float(params.temperature)
         self.top_p = float(params.top_p)
         self.top_k = int(params.top_k)
