@@ -6,6 +6,7 @@ Every process a fixture starts is stopped in its finaliser, also when the test f
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import time
@@ -57,6 +58,21 @@ def running(topo: Topology, timeout: float = 90) -> Iterator[Topology]:
         yield topo
     finally:
         topo.stop()
+
+
+@contextlib.contextmanager
+def routed(nats_server: EmbeddedNats, d: Path, upstreams: dict[str, dict], routes: list[dict], policy: str | None = None,
+           services: tuple[str, ...] | None = None, **overrides: object) -> Iterator[Topology]:
+    """A topology whose gateway routes models to scripted upstreams: `upstreams` {name: {url, wire, ...}} and
+    `routes` [{model, upstream, ...}] as a routes file (JSON is YAML) in `d`; `policy` a policy file's text."""
+    (d / "routes.yaml").write_text(json.dumps({"upstreams": upstreams, "routes": routes}))
+    if policy is not None:
+        (d / "policy.yaml").write_text(policy)
+        overrides["policy"] = str(d / "policy.yaml")
+    settings = base_settings(nats_server.url, routes=str(d / "routes.yaml"), **overrides)
+    extra = {"services": services} if services else {}
+    with running(Topology(settings, log_dir=d / "logs", **extra)) as topo:
+        yield topo
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import pytest
 
 from fakcore.launcher import Topology
 from fakcore.protocol import block_id
-from tests.conftest import base_settings, running
+from tests.conftest import base_settings, routed, running
 from tests.integration.test_quarantine import audit
 from tests.support.clients import claude_args, claude_env
 from tests.support.upstreams import AnthropicUpstream, text, tool_use
@@ -42,10 +42,8 @@ def statuses(url: str, route: str) -> dict[str, float]:
 
 def test_claude_code_through_fak_to_an_anthropic_upstream(nats_server, tmp_path):
     with AnthropicUpstream([tool_use("Bash", {"command": "echo hi", "description": "say hi"}), text("The command printed: hi")]) as up:
-        routes = tmp_path / "routes.yaml"
-        routes.write_text(f'upstreams:\n  claude: {{url: "{up.url}", wire: anthropic}}\nroutes:\n  - {{model: "*", upstream: claude}}\n')
-        settings = base_settings(nats_server.url, routes=str(routes), admin_keys=(ADMIN,))
-        with running(Topology(settings, log_dir=tmp_path / "logs", services=("adjudicator", "kvmmu", "gateway"))) as topo:
+        with routed(nats_server, tmp_path, {"claude": {"url": up.url, "wire": "anthropic"}}, [{"model": "*", "upstream": "claude"}],
+                    services=("adjudicator", "kvmmu", "gateway"), admin_keys=(ADMIN,)) as topo:
             home = tmp_path / "home"
             home.mkdir()
             result = run_claude(topo.gateway_url, home, "Run the shell command `echo hi` and tell me what it printed.")

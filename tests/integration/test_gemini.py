@@ -18,7 +18,7 @@ from google.genai import types
 
 from fakcore.launcher import Topology
 from fakcore.protocol import block_id
-from tests.conftest import base_settings, running, wait_for
+from tests.conftest import base_settings, routed, running, wait_for
 from tests.integration.test_quarantine import MARKER, PAYLOAD, audit
 from tests.support.clients import gemini_run
 from tests.support.upstreams import GeminiUpstream, OpenAIUpstream, RecordedRequest, Reply, text, tool_use
@@ -53,18 +53,9 @@ def chat_up():
 
 @pytest.fixture(scope="module")
 def topo(nats_server, tmp_path_factory, gem_up, chat_up):
-    d = tmp_path_factory.mktemp("gemini")
-    (d / "routes.yaml").write_text(f"""
-upstreams:
-  gem: {{url: "{gem_up.url}/v1beta", wire: gemini}}
-  chat: {{url: "{chat_up.url}/v1", wire: openai}}
-routes:
-  - {{model: "gemini-*", upstream: gem}}
-  - {{model: "chat-*", upstream: chat}}
-""")
-    (d / "policy.yaml").write_text(POLICY)
-    settings = base_settings(nats_server.url, routes=str(d / "routes.yaml"), policy=str(d / "policy.yaml"), admin_keys=(ADMIN,))
-    with running(Topology(settings, log_dir=d / "logs")) as t:
+    upstreams = {"gem": {"url": f"{gem_up.url}/v1beta", "wire": "gemini"}, "chat": {"url": f"{chat_up.url}/v1", "wire": "openai"}}
+    routes = [{"model": "gemini-*", "upstream": "gem"}, {"model": "chat-*", "upstream": "chat"}]
+    with routed(nats_server, tmp_path_factory.mktemp("gemini"), upstreams, routes, POLICY, admin_keys=(ADMIN,)) as t:
         yield t
 
 

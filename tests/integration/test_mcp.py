@@ -32,7 +32,7 @@ from fakcore.launcher import Topology, stop_process
 from fakcore.mcp_config import McpConfigError, parse
 from fakcore.policy.store import key_id
 from fakcore.protocol import block_id
-from tests.conftest import base_settings, free_port, running, wait_for
+from tests.conftest import base_settings, free_port, routed, running, wait_for
 from tests.integration.test_claude_code import run_claude
 from tests.support.mcp_servers import PythonMcpServer
 from tests.support.upstreams import AnthropicUpstream, text, tool_use
@@ -176,11 +176,9 @@ def test_claude_code_lists_and_calls_tools_through_fak(nats_server, tmp_path, py
     replies = [tool_use("mcp__fak__py__add", {"a": 20, "b": 22}), tool_use("mcp__fak__py__read_page", {"url": "https://x.test"}),
                text("The sum is 42.")]
     with AnthropicUpstream(replies) as up:
-        (tmp_path / "routes.yaml").write_text(f'upstreams:\n  claude: {{url: "{up.url}", wire: anthropic}}\n'
-                                              'routes:\n  - {model: "*", upstream: claude}\n')
         (tmp_path / "mcp.yaml").write_text(json.dumps({"servers": {"py": {"url": py_server.url}}}))
-        settings = base_settings(nats_server.url, routes=str(tmp_path / "routes.yaml"), mcp=str(tmp_path / "mcp.yaml"))
-        with running(Topology(settings, log_dir=tmp_path / "logs", services=("adjudicator", "kvmmu", "gateway"))) as t:
+        with routed(nats_server, tmp_path, {"claude": {"url": up.url, "wire": "anthropic"}}, [{"model": "*", "upstream": "claude"}],
+                    services=("adjudicator", "kvmmu", "gateway"), mcp=str(tmp_path / "mcp.yaml")) as t:
             config = tmp_path / "claude-mcp.json"
             config.write_text(json.dumps({"mcpServers": {"fak": {"type": "http", "url": t.gateway_url + "/mcp"}}}))
             home = tmp_path / "home"

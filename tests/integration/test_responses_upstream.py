@@ -11,8 +11,7 @@ from typing import Literal
 import openai
 import pytest
 
-from fakcore.launcher import Topology
-from tests.conftest import base_settings, running
+from tests.conftest import routed
 from tests.integration.test_upstream import MARKER, POISON
 from tests.support.capture_codex import PATCH, ResponsesUpstream, patch_then_text
 from tests.support.clients import codex_events, codex_exec
@@ -50,20 +49,10 @@ def chat_up():
 
 @pytest.fixture(scope="module")
 def topo(nats_server, tmp_path_factory, resp_up, codex_up, chat_up):
-    d = tmp_path_factory.mktemp("responses-upstream")
-    (d / "routes.yaml").write_text(f"""
-upstreams:
-  resp: {{url: "{resp_up.url}/v1", wire: responses}}
-  codex: {{url: "{codex_up.url}/v1", wire: responses}}
-  chat: {{url: "{chat_up.url}/v1", wire: openai}}
-routes:
-  - {{model: gpt-5.5, upstream: codex}}
-  - {{model: "gpt-*", upstream: resp}}
-  - {{model: "chat-*", upstream: chat}}
-""")
-    (d / "policy.yaml").write_text(POLICY)
-    settings = base_settings(nats_server.url, routes=str(d / "routes.yaml"), policy=str(d / "policy.yaml"))
-    with running(Topology(settings, log_dir=d / "logs")) as t:
+    upstreams = {"resp": {"url": f"{resp_up.url}/v1", "wire": "responses"}, "codex": {"url": f"{codex_up.url}/v1", "wire": "responses"},
+                 "chat": {"url": f"{chat_up.url}/v1", "wire": "openai"}}
+    routes = [{"model": "gpt-5.5", "upstream": "codex"}, {"model": "gpt-*", "upstream": "resp"}, {"model": "chat-*", "upstream": "chat"}]
+    with routed(nats_server, tmp_path_factory.mktemp("responses-upstream"), upstreams, routes, POLICY) as t:
         yield t
 
 
