@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from fakcore import __version__
 from fakcore import settings as settings_mod
 from fakcore.settings import Settings, SettingsError
 
-SERVICES = ("gateway", "adjudicator", "kvmmu", "engine-cpu", "engine-cuda")
+SERVICES = ("gateway", "adjudicator", "kvmmu", "engine-cpu", "engine-cuda")  # the keys of service.PACKAGES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return up(settings, workers=args.workers)
     if args.command == "serve":
-        return serve_one(args.service, settings)
+        tail = argv if argv is not None else sys.argv[1:]
+        return serve_one(args.service, tail[tail.index(args.service) + 1:])
     if args.command == "model" and args.model_command == "pull":
         from fakcore.models.sources import ModelSourceError, pull
 
@@ -78,24 +80,12 @@ def model_list(cache: str = "") -> str:
     return "\n".join(lines)
 
 
-def serve_one(service: str, settings: Settings) -> int:
-    import asyncio
+def serve_one(service: str, argv: list[str]) -> int:
+    """Become `python -m <the service's package>` with the same flags (the environment carries the rest)."""
+    from fakcore.service import PACKAGES
 
-    if service == "gateway":
-        from fak_gateway.main import main as run
-    elif service == "adjudicator":
-        from fak_adjudicator.main import main as run
-    elif service == "kvmmu":
-        from fak_kvmmu.main import main as run
-    elif service == "engine-cpu":
-        from fak_engine_cpu.main import main as run
-    else:
-        from fak_engine_cuda.main import main as run
-    try:
-        return asyncio.run(run(settings)) or 0
-    except KeyboardInterrupt:
-        return 0
-
+    os.execv(sys.executable, [sys.executable, "-m", PACKAGES[service], *argv])
+    return 0  # not reached: execv replaces this process
 
 if __name__ == "__main__":
     sys.exit(main())

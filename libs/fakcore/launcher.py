@@ -47,6 +47,7 @@ from fakcore.models.sources import cache_dir
 from fakcore.natsd import EmbeddedNats, ServerTLS, die_with_parent
 from fakcore.permissions import BusSecrets
 from fakcore.routes import RoutesError, RouteTable
+from fakcore.service import PACKAGES
 from fakcore.settings import Settings
 
 START_ORDER = ("adjudicator", "kvmmu", "engine-cpu", "gateway")
@@ -161,7 +162,7 @@ class Topology:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             out = open(self.log_dir / f"{name.replace('#', '-')}.log", "ab")
         try:
-            return subprocess.Popen([sys.executable, "-m", "fakcore.cli", "serve", service], env=env,
+            return subprocess.Popen([sys.executable, "-m", PACKAGES[service]], env=env,
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT if out else None,
                                     start_new_session=True, preexec_fn=die_with_parent)  # never an orphan
         finally:

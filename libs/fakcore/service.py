@@ -38,6 +38,33 @@ DRAIN_S = 2.0  # the longest a stopping service waits for in-flight bus messages
 SHUTDOWN_S = 4.0  # the longest a stopping service takes, bus or not (then it exits hard, status 70)
 
 
+# Each service is its own package, run as `python -m PACKAGE` (`fak serve NAME` and `fak up` do just that):
+# shared code names the services but imports none of them (docs/architecture.md §1).
+PACKAGES = {"gateway": "fak_gateway", "adjudicator": "fak_adjudicator", "kvmmu": "fak_kvmmu",
+            "engine-cpu": "fak_engine_cpu", "engine-cuda": "fak_engine_cuda"}
+
+
+def foreground(name: str, main: Callable[[Settings], Awaitable[int | None]], argv: list[str] | None = None) -> int:
+    """A service's `__main__`: its settings from FAK_* and the command line (a bad one: one line, exit 2),
+    then `main` until a signal; the exit status."""
+    import argparse
+
+    from fakcore import settings as settings_mod
+    from fakcore.settings import SettingsError
+
+    parser = argparse.ArgumentParser(prog=f"python -m {PACKAGES[name]}", description=f"fak's {name}, in the foreground")
+    settings_mod.add_arguments(parser)
+    try:
+        settings = Settings.load(args=parser.parse_args(argv))
+    except SettingsError as exc:
+        print(f"fak {name}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(main(settings)) or 0
+    except KeyboardInterrupt:
+        return 0
+
+
 def setup_logging(level: str, name: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),

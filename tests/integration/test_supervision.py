@@ -80,6 +80,12 @@ class FakUp:
     def find(self, *words: str) -> dict[int, list[str]]:
         return {pid: argv for pid, argv in self.processes().items() if all(w in argv for w in words)}
 
+    def services(self) -> dict[int, list[str]]:
+        """The service processes (`python -m fak_<service>`), the launcher and nats-server left out."""
+        from fakcore.service import PACKAGES
+
+        return {pid: argv for pid, argv in self.processes().items() if set(PACKAGES.values()) & set(argv)}
+
     def stop(self) -> None:
         """SIGTERM, as Ctrl-C would: fak up stops everything it started and exits 0."""
         assert self.proc is not None
@@ -194,7 +200,7 @@ def test_a_killed_worker_is_restarted_while_the_other_serves(stack):
     keeps serving, the dead one is restarted under its name."""
     admin = BusSecrets.load(Path(stack.env["FAK_DATA_DIR"]) / AUTH_DIR).passwords["admin"]  # the bus is locked
     nats_url = f"nats://admin:{admin}@127.0.0.1:{stack.env['FAK_NATS_PORT']}"
-    engines = {environ(pid)["FAK_WORKER_ID"]: pid for pid in stack.find("serve", "engine-cpu")}
+    engines = {environ(pid)["FAK_WORKER_ID"]: pid for pid in stack.find("fak_engine_cpu")}
     assert len(engines) == 2 and set(engines) == workers(stack)
     assert chat_ok(stack)
 
@@ -215,7 +221,7 @@ def test_a_killed_worker_is_restarted_while_the_other_serves(stack):
     assert wait_for(lambda: f"engine-cpu#{n} exited with status -9; restarting in 0.5s" in stack.output(), timeout=10)
 
     def restarted() -> int:
-        return next((pid for pid in stack.find("serve", "engine-cpu") if pid != engines[victim]
+        return next((pid for pid in stack.find("fak_engine_cpu") if pid != engines[victim]
                      and environ(pid).get("FAK_WORKER_ID") == victim), 0)
 
     new = wait_for(restarted, timeout=20)
@@ -242,9 +248,9 @@ def test_a_killed_nats_server_is_restarted_on_its_port_and_its_verdicts_survive(
 
     # A fresh gateway (this one killed, fak up starts another) knows the verdict only from the JetStream
     # store the restarted server kept: the same result is filtered without being screened again.
-    [gateway] = stack.find("serve", "gateway")
+    [gateway] = stack.find("fak_gateway")
     os.kill(gateway, signal.SIGKILL)
-    assert wait_for(lambda: stack.find("serve", "gateway") and list(stack.find("serve", "gateway")) != [gateway], timeout=20)
+    assert wait_for(lambda: stack.find("fak_gateway") and list(stack.find("fak_gateway")) != [gateway], timeout=20)
     assert wait_for(lambda: get(stack.url + "/healthz").get("ok"), timeout=60), stack.output()[-4000:]
     again = chat(stack, conversation("And tomorrow?", PAYLOAD))
     context = get(f"{stack.url}/v1/fak/requests/{again.id}", ADMIN)

@@ -199,7 +199,7 @@ def test_fak_up_runs_the_stack_on_tls_with_client_certificates(pki, tmp_path):
         assert chat(up).choices[0].message.content is not None
         url = f"tls://127.0.0.1:{env['FAK_NATS_PORT']}"
         assert f"nats {url} embedded" in up.output()
-        services = up.find("serve")
+        services = up.services()
         assert len(services) == 4
         for pid in services:
             child = environ(pid)

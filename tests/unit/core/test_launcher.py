@@ -173,8 +173,11 @@ def _name(pid: int) -> str:
         return "?"
     if argv[-1:] == ["up"]:
         return "fak-up"
-    if "serve" in argv:
-        return argv[argv.index("serve") + 1]
+    if "-m" in argv:  # python -m fak_gateway: the service whose package that is
+        from fakcore.service import PACKAGES
+
+        module = argv[argv.index("-m") + 1]
+        return next((name for name, package in PACKAGES.items() if package == module), module)
     return Path(argv[0]).name if argv else "?"
 
 

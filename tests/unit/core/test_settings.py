@@ -220,7 +220,7 @@ def test_the_launcher_puts_no_setting_on_a_command_line(tmp_path, monkeypatch):
     monkeypatch.setattr(launcher.subprocess, "Popen", FakePopen)
     s = Settings.load(env={"FAK_API_KEYS": "sk-inline", "FAK_API_KEYS_FILE": str(keys), "FAK_ADMIN_KEYS": "adm"})
     launcher.Topology(s).spawn("gateway")
-    assert seen["argv"][1:] == ["-m", "fakcore.cli", "serve", "gateway"]
+    assert seen["argv"][1:] == ["-m", "fak_gateway"]
     assert seen["env"]["FAK_API_KEYS"] == "sk-inline" and seen["env"]["FAK_API_KEYS_FILE"] == str(keys)
     assert "sk-from-file" not in " ".join(seen["env"].values())
 
