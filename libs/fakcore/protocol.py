@@ -263,6 +263,7 @@ class AdjudicateCall(Message, kw_only=True):
     session: str = ""
     key_id: str = ""  # which API key's policy applies
     tainted: bool = False  # untrusted content (a tool result) is already in the session
+    server: str | None = None  # a call through /mcp: the MCP server it goes to (for the audit record)
 
 
 class CallVerdict(Message, kw_only=True):
@@ -283,6 +284,7 @@ class AdjudicateResult(Message, kw_only=True):
     # the gateway already holds a quarantine of this block and asks again because this key's screening section
     # may judge it otherwise (an allowlist, flag mode, its own thresholds): a quarantine is not published again
     quarantined: bool = False
+    server: str | None = None  # a text from /mcp (a tool's result or description): the MCP server that sent it
 
 
 class TextSpan(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -355,6 +357,7 @@ class AuditRecord(Message, kw_only=True):
     spans: list[TextSpan] = []  # result: the offending characters of the tool result
     window: str = ""  # result: the text around the first span (at most WINDOW_CHARS), what an operator reads first
     flagged: bool = False  # result, flag mode: `outcome` is what screening found; the content passed, nothing was published
+    server: str | None = None  # a verdict on a tool of /mcp: its MCP server (tool names the tool as listed)
 
 
 WINDOW_CHARS = 300  # AuditRecord.window's longest

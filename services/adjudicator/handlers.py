@@ -100,7 +100,8 @@ def quarantine_of(req: AdjudicateResult, v: ResultVerdict) -> QuarantineVerdict:
 def audit_call(req: AdjudicateCall, v: CallVerdict, seconds: float, source: str) -> AuditRecord:
     return AuditRecord(kind="call", outcome="allow" if v.allow else "deny", request_id=req.request_id, session=req.session,
                        key_id=req.key_id, tool=req.tool, arguments=req.arguments[:2000], rule=v.rule, reason=v.reason,
-                       stage="policy", latency_ms=round(seconds * 1e3, 3), source=source, ts=time.time())
+                       stage="policy", latency_ms=round(seconds * 1e3, 3), source=source, ts=time.time(),
+                       server=req.server)
 
 
 def audit_result(req: AdjudicateResult, v: ResultVerdict, seconds: float, source: str) -> AuditRecord:
@@ -108,4 +109,5 @@ def audit_result(req: AdjudicateResult, v: ResultVerdict, seconds: float, source
     return AuditRecord(kind="result", outcome="quarantine" if v.flagged else v.verdict, request_id=req.request_id,
                        session=req.session, key_id=req.key_id, tool=req.tool, block=req.block, rule=v.rule, detector=v.detector,
                        score=v.score, reason=v.reason, stage=v.stage, latency_ms=round(seconds * 1e3, 3), source=source,
-                       ts=time.time(), spans=v.spans, window=window(req.content, v.spans), flagged=v.flagged)
+                       ts=time.time(), spans=v.spans, window=window(req.content, v.spans), flagged=v.flagged,
+                       server=req.server)

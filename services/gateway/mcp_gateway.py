@@ -16,7 +16,9 @@
 Policies see the names as listed (`fs__read_file`), the same name a model proposes when an agent hands it
 these tools, so one rule covers both wires and `fs__*` globs cover a server. The listing filter is a view
 of the policy file (FAK_POLICY, read here too, reloaded every `policy_reload_s`); the adjudicator decides
-every call. A session (x-fak-session) that got a tool result through /mcp is tainted for its later calls.
+every call. A session (x-fak-session) that got a tool result through /mcp is tainted for its later calls
+(this gateway's memory: a client that sends no x-fak-session is never tainted). The verdicts on a tool's
+description, call and result name its upstream (`server`) in the audit log.
 
 Fail closed: with adjudication on, no verdict (no adjudicator, a timeout, a bad signature) means a JSON-RPC
 error for the list or the call, never unscreened content. FAK_ADJUDICATE=off passes everything through.
@@ -275,7 +277,7 @@ class McpGateway:
 
     async def _poisoned(self, listed: Listed, caller: Caller, request_id: str) -> QuarantineVerdict | ResultVerdict | None:
         text = description_text(listed.tool)
-        return await self._verdict(text, listed.name, caller, request_id, kind="tool_description") if text else None
+        return await self._verdict(text, listed.name, caller, request_id, "tool_description", listed.upstream.name) if text else None
 
     # -- tools/call -----------------------------------------------------------------------------------
     async def call_tool(self, listed: Listed, arguments: dict[str, Any] | None, caller: Caller) -> tuple[types.CallToolResult, str]:
@@ -290,7 +292,7 @@ class McpGateway:
                                  f"({bad.detector}, score {bad.score:.2f}; block {bad.block})."), "denied"
         args = json.dumps(arguments or {}, ensure_ascii=False)
         v = await guard.ask(AdjudicateCall(request_id=request_id, tool=listed.name, arguments=args, session=caller.session,
-                                            key_id=caller.key, tainted=caller.session in self.tainted))
+                                            key_id=caller.key, tainted=caller.session in self.tainted, server=listed.upstream.name))
         guard.m.verdicts.labels("call", "allow" if v.allow else "deny", "adjudicator", v.rule).inc()
         if not v.allow:
             return _error_result(refusal([(ToolCall(id=request_id, name=listed.name, arguments=args), v)])), "denied"
@@ -300,7 +302,7 @@ class McpGateway:
             self.tainted.move_to_end(caller.session)
             while len(self.tainted) > TAINTED_SESSIONS:
                 self.tainted.popitem(last=False)
-        bad = await self._first_quarantined(result_texts(result), listed.name, caller, request_id)
+        bad = await self._first_quarantined(result_texts(result), listed.name, caller, request_id, server=listed.upstream.name)
         if bad is None:
             return result, "tool_error" if result.is_error else "ok"
         log.warning("MCP result of %s quarantined (%s, score %.2f; block %s)", listed.name, bad.detector, bad.score, bad.block)
@@ -311,21 +313,23 @@ class McpGateway:
         return lambda texts, what, kind="tool_result": self._first_quarantined(texts, what, caller, request_id, kind)
 
     async def _first_quarantined(self, texts: list[str], what: str, caller: Caller, request_id: str,
-                                 kind: ContentKind = "tool_result") -> QuarantineVerdict | ResultVerdict | None:
+                                 kind: ContentKind = "tool_result", server: str | None = None
+                                 ) -> QuarantineVerdict | ResultVerdict | None:
         """The first quarantine verdict among `texts` (screened side by side), None when all are clean. The
         placeholder that will stand in for them is fak's own text: never screened when it comes back."""
-        verdicts = await asyncio.gather(*(self._verdict(t, what, caller, request_id, kind) for t in texts))
+        verdicts = await asyncio.gather(*(self._verdict(t, what, caller, request_id, kind, server) for t in texts))
         bad = next((v for v in verdicts if v is not None), None)
         if bad is not None:
             self.filter.placeholders.add(block_id(placeholder(bad)))
         return bad
 
-    async def _verdict(self, text: str, tool: str, caller: Caller, request_id: str,
-                       kind: ContentKind = "tool_result") -> QuarantineVerdict | ResultVerdict | None:
+    async def _verdict(self, text: str, tool: str, caller: Caller, request_id: str, kind: ContentKind = "tool_result",
+                       server: str | None = None) -> QuarantineVerdict | ResultVerdict | None:
         """The quarantine verdict on `text` (a tool result, or a tool's description), None when clean: from
         the context filter when the block is known, else from the adjudicator (which publishes a quarantine).
         A description is screened by other rules than a result, so its verdict is kept under a block of its
-        own: bytes passed as a description are not thereby clean as a tool result."""
+        own: bytes passed as a description are not thereby clean as a tool result. `server`: the upstream
+        of a tool (its audit records name it); None for a resource's or a prompt's text."""
         guard = self.guard
         if guard is None:
             return None
@@ -340,11 +344,12 @@ class McpGateway:
             guard.m.verdicts.labels("result", "quarantine", "cache", q.detector).inc()
             await guard.publish_audit(AuditRecord(kind="result", outcome="quarantine", request_id=request_id, session=caller.session,
                                            key_id=caller.key, tool=tool, block=block, detector=q.detector, score=q.score,
-                                           reason=q.reason, stage="cache", source=guard.instance, ts=time.time()))
+                                           reason=q.reason, stage="cache", source=guard.instance, ts=time.time(),
+                                           server=server))
             return q
         t0 = time.perf_counter()
         v = await guard.ask(AdjudicateResult(request_id=request_id, tool=tool, content=text, block=block,
-                                              session=caller.session, key_id=caller.key, kind=kind))
+                                              session=caller.session, key_id=caller.key, kind=kind, server=server))
         guard.m.screened.observe(time.perf_counter() - t0)
         guard.m.verdicts.labels("result", v.verdict, "adjudicator", v.detector or "none").inc()
         self.filter.add(v, scope)
