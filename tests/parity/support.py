@@ -33,7 +33,6 @@ VOCAB = 320  # 256 bytes + 63 merges + <|endoftext|>
 EOS = VOCAB - 1
 SEQ = 40  # test sequence length; every sliding window below is shorter
 PREFILL = SEQ // 2
-TOLERANCE = 1e-4
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4,
               num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6,
               initializer_range=0.2, bos_token_id=EOS, eos_token_id=EOS, pad_token_id=None)

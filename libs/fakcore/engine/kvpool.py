@@ -127,15 +127,16 @@ class KVPool:
         return entry
 
     def _fit(self) -> None:
-        """Drop idle sequences, least recently used first and session-pinned ones last, until under budget."""
+        """Discard idle sequences, least recently used first and session-pinned ones last, until under budget."""
         self.bytes = sum(e.cache.nbytes for e in self.entries.values())
         idle = sorted((e for e in self.entries.values() if e.owner is None), key=lambda e: (bool(e.session), e.used))
         for e in idle:
             if self.bytes <= self.budget:
                 break
-            self.drop(e.id)
+            self.discard(e.id)
 
-    def drop(self, entry_id: str) -> None:
+    def discard(self, entry_id: str) -> None:
+        """Forget an idle sequence and its cache (the memory goes back; its spans are announced gone)."""
         e = self.entries.pop(entry_id)
         self.bytes -= e.cache.nbytes
         self.dropped += 1
