@@ -70,6 +70,12 @@ def block_id(content: str) -> str:
     return "b" + hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def receipt_id(worker: str, sequence: str, digest_before: str, digest_after: str) -> str:
+    """The id an eviction receipt (KvEvicted) goes by in headers, the audit view and the console: a hash of who
+    evicted from which sequence and the cache's digests before and after."""
+    return "r" + hashlib.sha256(f"{worker}\0{sequence}\0{digest_before}\0{digest_after}".encode()).hexdigest()[:20]
+
+
 CUSTOM_TOOL_INPUT = "input"  # the one (string) argument of a custom tool on the bus
 
 

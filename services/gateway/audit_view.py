@@ -17,7 +17,7 @@ import msgspec
 import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from fakcore.protocol import Decoders, GenerateRequest, subjects
+from fakcore.protocol import Decoders, GenerateRequest, receipt_id, subjects
 
 log = logging.getLogger("fak.gateway.audit")
 
@@ -58,7 +58,8 @@ class AuditView:
             log.warning("undecodable eviction receipt: %s", exc)
             return
         owner = self.requests.get(r.request_id, {}).get("key_id", "")  # whose request's span it was
-        self.records.append({"kind": "eviction", "outcome": "evicted", "key_id": owner, **msgspec.to_builtins(r)})
+        self.records.append({"kind": "eviction", "outcome": "evicted", "key_id": owner, **msgspec.to_builtins(r),
+                             "receipt_id": receipt_id(r.worker, r.sequence, r.digest_before, r.digest_after)})
         self.on_eviction(r)
 
     def query(self, *, request_id: str = "", session: str = "", kind: str = "", block: str = "", limit: int = 100,

@@ -42,6 +42,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,6 +124,10 @@ class Context:
     texts: dict[str, str] = field(default_factory=dict)  # block -> what it became in this request (redacted)
     tools: dict[str, str] = field(default_factory=dict)  # tool call id -> tool name (a tool result may not say)
     record: dict[str, Any] = field(default_factory=dict)  # the audit view's record of the request
+    quarantined: list[tuple[str, str, str]] = field(default_factory=list)  # (block, action, detector) this request
+
+
+OUTCOMES = 2000  # the requests whose quarantine outcome the gateway remembers for its response headers
 
 
 class Guard:
@@ -133,6 +138,7 @@ class Guard:
         # the policy files the adjudicator decides with; here only to apply known verdicts the key's way
         self.policies = PolicyStore(settings.policy) if settings.policy else None
         self._policy_checked = time.monotonic()
+        self.outcomes: OrderedDict[str, list[tuple[str, str, str]]] = OrderedDict()  # request id -> Context.quarantined
 
     def screening(self, key: str) -> Screening:
         """The key's `screening:` section (reloaded every `policy_reload_s`; a bad file keeps the last good one)."""
@@ -232,6 +238,7 @@ class Guard:
         original = m.content
         self.filter.redact(m, q, ctx.spans)
         ctx.replaced.append(block)
+        ctx.quarantined.append((block, "spans" if m.content != placeholder(q) else "placeholder", q.detector))
         ctx.texts[block] = m.content
         self.m.placeholders.inc()
         self.m.verdicts.labels("result", "quarantine", "cache", q.detector).inc()
@@ -252,6 +259,7 @@ class Guard:
                 replaced.append(v.block)
                 if ctx is not None:
                     ctx.texts[v.block] = m.content
+                    ctx.quarantined.append((v.block, "spans" if m.content != placeholder(v) else "placeholder", v.detector))
         return replaced
 
     async def start(self, backend: Any, req: GenerateRequest, key: str) -> tuple[Accepted, AsyncIterator[Any]]:
@@ -269,7 +277,25 @@ class Guard:
             first, replies = await start_backend(backend, req)
         else:
             first, replies = await self._held(backend, req, ctx)
+        if ctx.quarantined:
+            self.outcomes[first.request_id] = ctx.quarantined
+            while len(self.outcomes) > OUTCOMES:
+                self.outcomes.popitem(last=False)
         return first, self._judge_calls(req, replies, ctx.session, key, ctx.tainted)
+
+    def quarantine_headers(self, request_id: str) -> dict[str, str]:
+        """What the boundary did to this request's tool results, for its response: `x-fak-quarantined` names
+        each block, what became of it (evicted from the KV cache, placeholder, spans) and the detector;
+        `x-fak-eviction-receipts` the ids (protocol.receipt_id) of those blocks' eviction receipts the gateway
+        has seen so far (the records: /v1/fak/requests/{id} and /v1/fak/audit?block=...)."""
+        notes = self.outcomes.get(request_id)
+        if not notes:
+            return {}
+        out = {"x-fak-quarantined": ",".join(f"{b};action={a};detector={d or 'screening'}" for b, a, d in notes)}
+        receipts = list(dict.fromkeys(r["receipt_id"] for b, _, _ in notes for r in self.audit.query(kind="eviction", block=b)))
+        if receipts:
+            out["x-fak-eviction-receipts"] = ",".join(receipts)
+        return out
 
     async def screen(self, req: GenerateRequest, ctx: Context) -> None:
         """The gateway barrier: every pending result screened; the quarantined ones replaced (whole or spans)."""
@@ -335,7 +361,12 @@ class Guard:
             await self.nc.publish(subjects.RELEASE, encode_signed(release, self.settings.release_key, subjects.RELEASE))
         if not quarantined or (first.held and not spans):
             view = msgspec.structs.replace(req, messages=[msgspec.structs.replace(m) for m in req.messages])
-            self._apply(view.messages, verdicts, ctx)  # the debug view: what the model can still see after the eviction
+            self._apply(view.messages, verdicts, ctx)  # the debug view: the evicted results shown by their placeholders
+            for m, orig in zip(view.messages, req.messages, strict=True):
+                m.block = orig.block or m.block  # ... under the block ids the eviction names
+            gone = set(quarantined)  # evicted from the worker's cache, not replaced in what it was sent
+            ctx.quarantined = [n for n in ctx.quarantined if n[0] not in gone]
+            ctx.quarantined += [(v.block, "evicted", v.detector) for v in verdicts if v.verdict == "quarantine"]
             record["evicted"] = quarantined
             self.audit.remember(view, **record)
             return first, replies

@@ -135,10 +135,15 @@ async def proxied(state: State, request: Request, wire: str, route: str, call: C
     return Response(p.body, status_code=p.status, headers=p.headers, media_type=p.media_type)
 
 
-def receipt_headers(first: Accepted) -> dict[str, str]:
+def receipt_headers(first: Accepted, state: State | None = None) -> dict[str, str]:
+    """Who served the request, and (with `state`) what the boundary did to its tool results."""
     r = first.receipt
-    return {"x-fak-engine": r.engine, "x-fak-worker": r.worker, "x-fak-backend": r.backend,
-            "x-fak-weights-digest": r.weights_digest}
+    out = {"x-fak-engine": r.engine, "x-fak-worker": r.worker, "x-fak-backend": r.backend,
+           "x-fak-weights-digest": r.weights_digest}
+    guard = state.pipeline.guard if state is not None and state.pipeline is not None else None
+    if guard is not None:
+        out.update(guard.quarantine_headers(first.request_id))
+    return out
 
 
 def sse(state: State, route: str, wire: str, body: AsyncIterator[bytes], headers: dict[str, str],

@@ -70,7 +70,7 @@ async def gemini_models_action(request: Request, name: str) -> Response | Stream
     req = gemini_wire.to_bus(r, model, session_of(request))
     turn = gemini_wire.Turn(req, model)
     first, replies = await pipeline.start(req, route, headers, key)
-    out = receipt_headers(first)
+    out = receipt_headers(first, state)
     if ignored := gemini_wire.ignored(r):
         out["x-fak-ignored"] = ",".join(ignored)  # accepted, but not acted on
     if streamed:

@@ -67,8 +67,8 @@ async def chat_completions(request: Request) -> Response | Stream:
     first, replies = await pipeline.start(req, route, request.headers, key_id_of(request), r.cache_salt or "")
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))
-        return sse(state, "chat", "openai", openai_wire.chat_stream(req, first, replies, include_usage), receipt_headers(first))
-    return await respond(request, openai_wire.chat_response(req, replies), receipt_headers(first))
+        return sse(state, "chat", "openai", openai_wire.chat_stream(req, first, replies, include_usage), receipt_headers(first, state))
+    return await respond(request, openai_wire.chat_response(req, replies), receipt_headers(first, state))
 
 
 @post("/v1/completions", status_code=200)
@@ -86,8 +86,8 @@ async def completions(request: Request) -> Response | Stream:
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))
         return sse(state, "completions", "openai", openai_wire.completion_stream(req, first, replies, include_usage),
-                   receipt_headers(first))
-    return await respond(request, openai_wire.completion_response(req, replies), receipt_headers(first))
+                   receipt_headers(first, state))
+    return await respond(request, openai_wire.completion_response(req, replies), receipt_headers(first, state))
 
 
 @post("/v1/messages", status_code=200)
@@ -103,7 +103,7 @@ async def messages(request: Request) -> Response | Stream:
                              .anthropic(body, request.headers, request.url.query, r.stream))
     req = anthropic_wire.messages_to_bus(r, session_of(request))
     first, replies = await pipeline.start(req, route, request.headers, key_id_of(request))
-    headers = receipt_headers(first)
+    headers = receipt_headers(first, state)
     if route.inkernel and (ignored := anthropic_wire.ignored(r)):
         headers["x-fak-ignored"] = ",".join(ignored)  # accepted, but not acted on by a local model
     if r.stream:

@@ -41,7 +41,7 @@ async def responses(request: Request) -> Response | Stream:
     history = await store.conversation(r.previous_response_id, key) if r.previous_response_id else []
     turn = responses_wire.to_bus(r, history, session_of(request))
     first, replies = await pipeline.start(turn.req, route, request.headers, key, r.prompt_cache_key or "")
-    headers = receipt_headers(first)
+    headers = receipt_headers(first, state)
     if ignored := responses_wire.ignored(r, [*history, *turn.items]):
         headers["x-fak-ignored"] = ",".join(ignored)  # accepted, but not acted on
 

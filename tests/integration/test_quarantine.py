@@ -56,11 +56,15 @@ def tool_contents(context: dict) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def first(oai, topo):
-    """The first request carrying the injected tool result: screened, quarantined, evicted."""
-    r = oai.chat.completions.create(model="synthetic", messages=conversation("Weather in Paris?", PAYLOAD), max_tokens=8,
-                                    temperature=0)
-    return r
+def first_raw(oai, topo):
+    """The first request carrying the injected tool result (screened, quarantined, evicted), with its headers."""
+    return oai.chat.completions.with_raw_response.create(model="synthetic", messages=conversation("Weather in Paris?", PAYLOAD),
+                                                         max_tokens=8, temperature=0)
+
+
+@pytest.fixture(scope="module")
+def first(first_raw):
+    return first_raw.parse()
 
 
 def test_injected_result_is_quarantined_and_the_model_sees_a_placeholder(first, topo):
@@ -70,6 +74,31 @@ def test_injected_result_is_quarantined_and_the_model_sees_a_placeholder(first, 
     [verdict] = [r for r in audit(topo.gateway_url, request_id=first.id, kind="result") if r["stage"] != "cache"] or [None]
     assert verdict and verdict["outcome"] == "quarantine" and verdict["detector"] and verdict["score"] >= 0.5
     assert verdict["block"] in context["screened"] and context["barrier"] == "engine"
+
+
+def test_the_request_view_names_the_evicted_block_as_the_verdict_does(first, topo):
+    """Evicted at the engine barrier: the view shows the result by its placeholder, under the block id the
+    verdict and the eviction name (`evicted`; `placeholders` lists results replaced in what was sent)."""
+    context = get(f"{topo.gateway_url}/v1/fak/requests/{first.id}")
+    [verdict] = [r for r in audit(topo.gateway_url, request_id=first.id, kind="result") if r["stage"] != "cache"]
+    [tool] = [m for m in context["messages"] if m["role"] == "tool"]
+    assert tool["block"] == verdict["block"] and context["evicted"] == [verdict["block"]]
+
+
+def test_responses_name_what_was_quarantined_and_the_eviction_receipt(first_raw, oai, topo):
+    first = first_raw.parse()
+    block = get(f"{topo.gateway_url}/v1/fak/requests/{first.id}")["screened"][0]
+    [note] = first_raw.headers["x-fak-quarantined"].split(",")
+    assert note.startswith(f"{block};action=evicted;detector=") and not note.endswith("detector=")
+    [receipt] = wait_for(lambda: audit(topo.gateway_url, kind="eviction", block=block), timeout=30)[:1]
+    # a later request carrying the same bytes: replaced by the placeholder, with the receipt of the eviction
+    again = oai.chat.completions.with_raw_response.create(model="synthetic", messages=conversation("Still sunny?", PAYLOAD),
+                                                          max_tokens=4, temperature=0)
+    assert again.headers["x-fak-quarantined"].startswith(f"{block};action=placeholder;detector=")
+    assert receipt["receipt_id"] in again.headers["x-fak-eviction-receipts"].split(",")
+    clean = oai.chat.completions.with_raw_response.create(model="synthetic", max_tokens=4, temperature=0,
+                                                          messages=conversation("Rome?", "Rome: 17C."))
+    assert "x-fak-quarantined" not in clean.headers
 
 
 def test_repeated_result_is_filtered_without_screening_again(first, oai, topo):
