@@ -153,7 +153,7 @@ class EngineWorker:
                                    max_queue=s.max_queue, prefill_chunk=PREFILL_CHUNK, metrics=self.metrics,
                                    hold_timeout=s.hold_timeout_s)
         self.evict_mode = s.kv_evict_mode
-        self.sampling = {**recommended_sampling(model.name), **sampling_defaults(s.sampling)}  # for unset knobs
+        self.sampling = {**recommended_sampling(model.name, model.source), **sampling_defaults(s.sampling)}  # for unset knobs
         self.receipt = Receipt(engine=engine_kind, worker=self.worker_id, backend=model.backend.name,
                                device=model.backend.device, model=model.name, weights_digest=model.weights_digest,
                                incarnation=uuid.uuid4().hex[:12])

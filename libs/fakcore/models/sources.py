@@ -61,12 +61,44 @@ PULLABLE = {
 }
 
 
-def recommended_sampling(model: str) -> dict[str, float]:
-    """The catalogue's sampling for a model served by its name or from its pulled file; {} for any other."""
+GENERATION_KNOBS = ("temperature", "top_p", "top_k")  # what generation_config.json says that sampling uses
+
+
+def recommended_sampling(model: str, source: str = "") -> dict[str, float]:
+    """The makers' sampling for a model: the catalogue's for one served by its name or from its pulled file,
+    else what the `generation_config.json` beside a safetensors checkpoint (`source`, or `model` as a path)
+    says (`do_sample: false` is greedy); {} for any other."""
     for p in PULLABLE.values():
         if model == p.name or Path(model).name == p.filename:
             return dict(p.sampling)
+    for folder in (source, model):
+        config = Path(folder) / "generation_config.json" if folder else None
+        if config is not None and config.is_file():
+            return generation_sampling(config)
     return {}
+
+
+def generation_sampling(path: Path) -> dict[str, float]:
+    """The sampling knobs of a HuggingFace generation_config.json; a malformed one is an error naming it."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelSourceError(f"{path}: not a readable generation_config.json: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ModelSourceError(f"{path}: a generation_config.json holds a JSON object, not {type(doc).__name__}")
+    if doc.get("do_sample") is False:
+        return {"temperature": 0.0}
+    out: dict[str, float] = {}
+    for knob in GENERATION_KNOBS:
+        value = doc.get(knob)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ModelSourceError(f"{path}: `{knob}` must be a number, not {value!r}")
+        out[knob] = int(value) if knob == "top_k" else float(value)
+    return out
 
 
 def cache_dir(configured: str = "") -> Path:

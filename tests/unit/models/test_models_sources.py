@@ -5,6 +5,7 @@ the hub's layout (refs/, snapshots/<commit>/ links, blobs/<hash>) built in tmp_p
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -163,3 +164,18 @@ def test_fak_version_and_model_list(capsys, tmp_path):
     listed = capsys.readouterr().out
     assert "smollm2-135m   not pulled (fak model pull smollm2-135m)  sampling: temperature 0.2, top_p 0.9" in listed
     assert "gemma3-270m" in listed
+
+
+def test_sampling_from_a_checkpoints_generation_config(tmp_path):
+    from fakcore.models.sources import recommended_sampling
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20,
+                                                                "eos_token_id": 2}))
+    assert recommended_sampling("my-model", str(tmp_path)) == {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
+    assert recommended_sampling(str(tmp_path)) == {"temperature": 0.7, "top_p": 0.8, "top_k": 20}  # served by its path
+    (tmp_path / "generation_config.json").write_text(json.dumps({"do_sample": False, "temperature": 0.7}))
+    assert recommended_sampling("m", str(tmp_path)) == {"temperature": 0.0}  # the makers decode greedily
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": "hot"}))
+    with pytest.raises(ModelSourceError, match=r"generation_config.json: `temperature` must be a number"):
+        recommended_sampling("m", str(tmp_path))
+    assert recommended_sampling("m", str(tmp_path / "elsewhere")) == {}
