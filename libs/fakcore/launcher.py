@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -385,6 +386,26 @@ def services_for(table: RouteTable) -> tuple[str, ...]:
     return START_ORDER if table.needs_engine else tuple(s for s in START_ORDER if s != "engine-cpu")
 
 
+def admin_key_path(settings: Settings) -> Path:
+    """Where `fak up` keeps the operator key it made (owner-only), for a system configured with none."""
+    return cache_dir(settings.cache_dir) / "auth" / "admin.key"
+
+
+def with_admin_key(settings: Settings) -> tuple[Settings, Path | None]:
+    """Settings with an operator key: the configured ones, else one `fak up` made (kept across runs, mode 0600,
+    handed to the gateway as a file so that it is on no command line), so that the console, `fak audit tail`
+    and the audit endpoints work on a local system without restarting it with keys."""
+    if settings.admin_keys or settings.admin_keys_file:
+        return settings, None
+    path = admin_key_path(settings)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"fak-admin-{secrets.token_urlsafe(24)}\n")
+    return settings.replace(admin_keys_file=str(path)), path
+
+
 def up(settings: Settings, workers: int = 1) -> int:
     """The `fak up` command: start, report, supervise, stop."""
     t0 = time.monotonic()
@@ -395,6 +416,7 @@ def up(settings: Settings, workers: int = 1) -> int:
     except (RoutesError, McpConfigError) as exc:  # a misspelt routes or MCP servers file stops here, before anything starts
         say(str(exc))
         return 1
+    settings, admin_file = with_admin_key(settings)
     topo = Topology(settings, workers=workers, services=services_for(table))
     stopping = False
 
@@ -422,6 +444,8 @@ def up(settings: Settings, workers: int = 1) -> int:
           f"nats {s.nats_url}{f' embedded, data {topo.nats.data_dir}' if topo.nats else ''})", flush=True)
     for line in client_lines(topo.gateway_url, s.routed_models):
         print(line, flush=True)
+    if admin_file is not None:
+        print(f"  console:     {topo.gateway_url}/console  (admin key: {admin_file}; also what `fak audit tail` uses)", flush=True)
     if targets is not None:
         print(f"  Prometheus file-SD targets: {targets.path}", flush=True)
     try:

@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import IO, Any
 
 from fakcore.settings import Settings
@@ -64,6 +65,23 @@ def _message(text: bytes) -> str:
     return err.get("message", str(err)) if isinstance(err, dict) else str(err)
 
 
+def admin_key(settings: Settings) -> str:
+    """The operator key to send: the first configured (FAK_ADMIN_KEYS, then _FILE), else the one `fak up` made."""
+    if settings.admin_keys:
+        return settings.admin_keys[0]
+    from fakcore.launcher import admin_key_path
+
+    for path in filter(None, (settings.admin_keys_file, str(admin_key_path(settings)))):
+        try:
+            lines = [ln.strip() for ln in Path(path).read_text().splitlines()]
+        except OSError:
+            continue
+        keys = [ln for ln in lines if ln and not ln.startswith("#")]
+        if keys:
+            return keys[0]
+    return ""
+
+
 # -- fak status --------------------------------------------------------------------------------------------
 def status(settings: Settings, url: str = "", out: IO[str] = sys.stdout) -> int:
     """The running system from /healthz: ready or not (and why), the models and routes, each service and
@@ -103,7 +121,7 @@ def audit_line(r: dict) -> str:
 def audit_tail(settings: Settings, url: str = "", key: str = "", follow: bool = True, lines: int = 20,
                out: IO[str] = sys.stdout, interval_s: float = 1.0, stop: Callable[[], bool] = lambda: False) -> int:
     """The last `lines` audit records, oldest first; with `follow`, then every new one as it arrives."""
-    base, key = gateway_url(settings, url), key or next(iter(settings.admin_keys), "")
+    base, key = gateway_url(settings, url), key or admin_key(settings)
     seen: set[tuple] = set()
 
     def fresh(limit: int) -> list[dict]:
