@@ -9,7 +9,7 @@ TSTAMP  := $(VENV)/.installed-test
 CSTAMP  := clients/node_modules/.package-lock.json
 ARGS    ?=
 
-.PHONY: up test lint bench venv test-deps models clients clean
+.PHONY: up test lint bench venv test-deps models clients chromium clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -33,7 +33,13 @@ $(CSTAMP): clients/package.json clients/package-lock.json
 
 clients: $(CSTAMP)
 
-test-deps: $(TSTAMP) models clients
+# The browser the console's test drives through Playwright (its own browser download is not used): the
+# distribution's chromium, installed when none is on PATH.
+chromium:
+	@command -v chromium >/dev/null || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+test-deps: $(TSTAMP) models clients chromium
 
 models: $(STAMP)
 	$(BIN)/fak model pull smollm2-135m

@@ -27,4 +27,5 @@ def packages() -> list[str]:
     return found
 
 
-setup(packages=packages(), package_data={"fakcore": ["data/*", "data/**/*"]})
+# fak_gateway/console/ is the operator console's page (HTML, JS, CSS): data, not a package.
+setup(packages=packages(), package_data={"fakcore": ["data/*", "data/**/*"], "fak_gateway": ["console/*"]})

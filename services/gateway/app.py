@@ -42,6 +42,7 @@ from litestar import Litestar, Request, Response, asgi
 from litestar.exceptions import HTTPException
 from litestar.middleware import ASGIMiddleware
 
+from fak_gateway.console import Console
 from fak_gateway.engines import Engines
 from fak_gateway.errors import WireError, wire_of
 from fak_gateway.guard import Guard
@@ -233,6 +234,7 @@ def create_app(settings: Settings, metrics: Metrics | None = None, connect: bool
                             Exception: on_unexpected},
         request_max_body_size=settings.max_body_bytes,
         middleware=[CountRequests()],
+        plugins=[Console()],  # /console and its views (console.py)
         openapi_config=None,  # the published schema is openapi.py's, built from the wires' Structs
         debug=False,
     )

@@ -125,6 +125,7 @@ class Context:
     tools: dict[str, str] = field(default_factory=dict)  # tool call id -> tool name (a tool result may not say)
     record: dict[str, Any] = field(default_factory=dict)  # the audit view's record of the request
     quarantined: list[tuple[str, str, str]] = field(default_factory=list)  # (block, action, detector) this request
+    named: dict[str, str] = field(default_factory=dict)  # a replacement's block -> the block its verdict names
 
 
 OUTCOMES = 2000  # the requests whose quarantine outcome the gateway remembers for its response headers
@@ -237,6 +238,7 @@ class Guard:
         q = self.filter.quarantined[block]
         original = m.content
         self.filter.redact(m, q, ctx.spans)
+        ctx.named[m.block] = block
         ctx.replaced.append(block)
         ctx.quarantined.append((block, "spans" if m.content != placeholder(q) else "placeholder", q.detector))
         ctx.texts[block] = m.content
@@ -258,6 +260,7 @@ class Guard:
                 self.filter.redact(m, v, v.replace == "spans")
                 replaced.append(v.block)
                 if ctx is not None:
+                    ctx.named[m.block] = v.block
                     ctx.texts[v.block] = m.content
                     ctx.quarantined.append((v.block, "spans" if m.content != placeholder(v) else "placeholder", v.detector))
         return replaced
@@ -269,11 +272,11 @@ class Guard:
             return await start_backend(backend, req)
         ctx = await self.prepare(req, key)
         if not ctx.pending:
-            self.audit.remember(req, **ctx.record)
+            self.audit.remember(named(req, ctx), **ctx.record)
             first, replies = await start_backend(backend, req)
         elif self.settings.verdict_barrier == "gateway" or ctx.spans or not getattr(backend, "can_hold", True):
             await self.screen(req, ctx)
-            self.audit.remember(req, **ctx.record)
+            self.audit.remember(named(req, ctx), **ctx.record)
             first, replies = await start_backend(backend, req)
         else:
             first, replies = await self._held(backend, req, ctx)
@@ -378,7 +381,7 @@ class Guard:
         self.m.placeholders.inc(len(replaced))
         record["placeholders"] = record["placeholders"] + replaced
         again = msgspec.structs.replace(req, request_id=f"{req.request_id}-r{uuid.uuid4().hex[:6]}", hold=False)
-        self.audit.remember(req, resent_as=again.request_id, **record)
+        self.audit.remember(named(req, ctx), resent_as=again.request_id, **record)
         first, replies = await start_backend(backend, again)
         return first, replies
 
@@ -403,6 +406,15 @@ class Guard:
                 yield r
         finally:
             await replies.aclose()  # type: ignore[attr-defined]
+
+
+def named(req: GenerateRequest, ctx: Context) -> GenerateRequest:
+    """The request as the audit view keeps it: each replaced tool result under the block id its verdict, the
+    `placeholders` list and the eviction receipts name (the request sent keeps its replacement's own id)."""
+    if not ctx.named:
+        return req
+    return msgspec.structs.replace(req, messages=[msgspec.structs.replace(m, block=ctx.named.get(m.block, m.block))
+                                                  for m in req.messages])
 
 
 async def start_backend(backend: Any, req: GenerateRequest) -> tuple[Accepted, AsyncIterator[Any]]:

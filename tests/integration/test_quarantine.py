@@ -105,6 +105,8 @@ def test_repeated_result_is_filtered_without_screening_again(first, oai, topo):
     r = oai.chat.completions.create(model="synthetic", messages=conversation("And tomorrow?", PAYLOAD), max_tokens=8, temperature=0)
     context = get(f"{topo.gateway_url}/v1/fak/requests/{r.id}")
     assert context["screened"] == [] and len(context["placeholders"]) == 1
+    [tool] = [m for m in context["messages"] if m["role"] == "tool"]
+    assert tool["block"] == context["placeholders"][0]  # the quarantined block's id, not its placeholder's hash
     assert MARKER not in json.dumps(context["messages"])
     records = wait_for(lambda: audit(topo.gateway_url, request_id=r.id, kind="result"))
     assert [x["stage"] for x in records] == ["cache"] and records[0]["outcome"] == "quarantine"
