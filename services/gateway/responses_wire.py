@@ -7,7 +7,8 @@ result; proposed calls come back through the guard's adjudication before the cli
 
 Custom (freeform) tools, such as Codex's `apply_patch`, are function tools with one string argument on the
 bus (CUSTOM_INPUT): every backend can carry them, and a call to one is turned back into a
-`custom_tool_call` here. Their `format` (a lark or regex grammar) travels in ToolSpec.format.
+`custom_tool_call` here. Their `format` (a lark or regex grammar) travels in ToolSpec.format; in-kernel it
+constrains the input of every call to the tool, forced or chosen by the model (engine/sequence.py).
 
 The stream follows OpenAI's event order: response.created, response.in_progress, then per output item
 response.output_item.added, its parts and deltas, response.output_item.done, and response.completed
@@ -477,15 +478,15 @@ def _call_events(ev: Events, turn: Turn, call: ToolCall, index: int) -> tuple[di
     """A call arrives whole (after adjudication): added, one delta, done, item done."""
     item = call_item(turn, call)
     pending = {**item, "status": "in_progress", **({"input": ""} if item["type"] == "custom_tool_call" else {"arguments": ""})}
+    events = [ev("response.output_item.added", output_index=index, item=pending)]  # numbered in the order sent
     if item["type"] == "custom_tool_call":
-        body = [ev("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=item["input"]),
-                ev("response.custom_tool_call_input.done", item_id=item["id"], output_index=index, input=item["input"])]
+        events += [ev("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=item["input"]),
+                   ev("response.custom_tool_call_input.done", item_id=item["id"], output_index=index, input=item["input"])]
     else:
-        body = [ev("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=item["arguments"]),
-                ev("response.function_call_arguments.done", item_id=item["id"], output_index=index, name=item["name"],
-                   arguments=item["arguments"])]
-    return item, [ev("response.output_item.added", output_index=index, item=pending), *body,
-                  ev("response.output_item.done", output_index=index, item=item)]
+        events += [ev("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=item["arguments"]),
+                   ev("response.function_call_arguments.done", item_id=item["id"], output_index=index, name=item["name"],
+                      arguments=item["arguments"])]
+    return item, [*events, ev("response.output_item.done", output_index=index, item=item)]
 
 
 def stream_error(err: WireError) -> bytes:

@@ -25,7 +25,11 @@ tools:
   delete_everything:
     action: deny
     reason: nothing gets deleted here
+  wipe_disk:
+    action: deny
+    reason: no disk gets wiped
 """
+WIPE = {"type": "custom", "name": "wipe_disk", "description": "Wipe a disk (FREEFORM: its device path)."}
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +144,53 @@ def test_a_denied_call_never_reaches_the_client(client, resp_up, stream):
     else:
         output = client.responses.create(**kwargs).output
     assert [o.type for o in output] == ["message"]
-    assert "nothing gets deleted here" in output[0].content[0].text
+    assert "nothing gets deleted here (policy rule: tools.delete_everything)" in output[0].content[0].text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_denied_custom_call_from_a_chat_only_upstream_never_reaches_the_client(client, chat_up, stream):
+    """The upstream's function call to the one-string function a custom tool became, refused by the policy
+    by the custom tool's name: no custom_tool_call, streamed or not, and a message naming the rule."""
+    chat_up.script(tool_use("wipe_disk", {"input": "/dev/sda"}))
+    kwargs = dict(model="chat-local", input="wipe it", tools=[WIPE])
+    if stream:
+        events = list(client.responses.create(stream=True, **kwargs))
+        assert not [e for e in events if "call" in e.type], [e.type for e in events]
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        output = events[-1].response.output
+    else:
+        output = client.responses.create(**kwargs).output
+    assert [o.type for o in output] == ["message"]
+    assert "no disk gets wiped (policy rule: tools.wipe_disk)" in output[0].content[0].text
+    assert chat_up.requests[-1].json()["tools"][0]["function"]["name"] == "wipe_disk"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_previous_response_id_on_a_chat_only_upstream_sends_the_whole_conversation(client, chat_up, stream):
+    """fak's own store serves a chat-only upstream: the second turn reaches it as the full conversation."""
+    chat_up.script(text("Hello, Ada."), text("Your name is Ada."))
+    first = client.responses.create(model="chat-local", input="My name is Ada.", instructions="Be brief.")
+    assert first.output_text == "Hello, Ada."
+    if stream:
+        with client.responses.stream(model="chat-local", input="What is my name?", previous_response_id=first.id) as s:
+            second = s.get_final_response()
+    else:
+        second = client.responses.create(model="chat-local", input="What is my name?", previous_response_id=first.id)
+    assert second.output_text == "Your name is Ada." and second.previous_response_id == first.id
+    sent = [(m["role"], m["content"]) for m in chat_up.requests[-1].json()["messages"]]
+    # the earlier turn's instructions are not carried (as OpenAI's): a request's own instructions apply to it alone
+    assert sent == [("user", "My name is Ada."), ("assistant", "Hello, Ada."), ("user", "What is my name?")]
+    assert client.responses.retrieve(second.id).output_text == "Your name is Ada."
+
+
+def test_a_json_schema_text_format_reaches_a_chat_only_upstream_as_its_response_format(client, chat_up):
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"], "additionalProperties": False}
+    chat_up.script(text('{"answer": 4}'))
+    r = client.responses.create(model="chat-local", input="2+2?",
+                                text={"format": {"type": "json_schema", "name": "sum", "schema": schema, "strict": True}})
+    assert json.loads(r.output_text) == {"answer": 4}
+    fmt = chat_up.requests[-1].json()["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"] == schema
 
 
 @pytest.mark.slow

@@ -5,6 +5,8 @@ into a token, a text delta and, eventually, a finish reason. Nothing here knows 
 
 Per token:  mask (grammar) -> sample -> detokenize -> stop strings -> split tool calls from content.
 With `logprobs` asked for, each token's log-probability follows its text to the content (LogprobLedger).
+A custom (freeform) tool's call collects its input instead: from the start when the request forces it, or
+from where the model opens a call of one whose grammar constrains it (Grammar.calls writes that opening).
 """
 
 from __future__ import annotations
@@ -33,23 +35,43 @@ from fakcore.protocol import (
 )
 from fakcore.text.constrain import Grammar, GrammarError
 from fakcore.text.stream_decode import StreamDecoder
-from fakcore.text.toolcalls import ToolCallStreamer, detect_style
+from fakcore.text.toolcalls import ToolCallStreamer, detect_style, freeform_opening
 
 
 def forced_custom(request: GenerateRequest) -> ToolSpec | None:
-    """The custom (freeform) tool `tool_choice` forces: the whole output is its input."""
-    if uses_tools(request) and request.tool_choice == "function":
+    """The custom (freeform) tool the request forces, whose input is then the whole output: the one named
+    by `tool_choice`, or the only tool of a request whose tool_choice is `required`."""
+    if not uses_tools(request):
+        return None
+    if request.tool_choice == "function":
         return next((t for t in request.tools if t.name == request.tool_choice_name and t.kind == "custom"), None)
+    if request.tool_choice == "required" and len(request.tools) == 1 and request.tools[0].kind == "custom":
+        return request.tools[0]
     return None
 
 
+def freeform_tools(request: GenerateRequest) -> list[ToolSpec]:
+    """The custom tools with a grammar that constrains a call the model chooses to make (Grammar.calls):
+    under tool_choice `auto` (without a response schema, which then shapes the whole output) or `required`."""
+    if not uses_tools(request) or forced_custom(request) is not None:
+        return []
+    if request.tool_choice not in ("auto", "required") or (request.tool_choice == "auto" and request.response_schema is not None):
+        return []
+    return [t for t in request.tools if t.kind == "custom" and t.format.get("type") == "grammar"]
+
+
 def make_grammar(model: LoadedModel, request: GenerateRequest) -> Grammar | None:
-    """Grammar for `tool_choice` required / a named function (a forced custom tool: its own grammar), or
-    for a response JSON Schema."""
+    """Grammar for a forced custom tool (its own grammar); for tool calls that custom tools' grammars
+    constrain; for `tool_choice` required or a named function; or for a response JSON Schema."""
     try:
         if (custom := forced_custom(request)) is not None:
             fmt = custom.format
             return Grammar.custom(model.tokenizer, fmt["syntax"], fmt["definition"]) if fmt.get("type") == "grammar" else None
+        if freeform := freeform_tools(request):
+            functions = [t for t in request.tools if t not in freeform]
+            return Grammar.calls(model.tokenizer, template_tools(functions) or [],
+                                 {t.name: (t.format["syntax"], t.format["definition"]) for t in freeform},
+                                 key=CUSTOM_TOOL_INPUT, style=detect_style(model.template), required=request.tool_choice == "required")
         if uses_tools(request) and request.tool_choice in ("required", "function"):
             name = request.tool_choice_name if request.tool_choice == "function" else None
             return Grammar.tool_call(model.tokenizer, template_tools(request.tools) or [], name=name,
@@ -174,9 +196,13 @@ class Sequence:
         self.decoder = StreamDecoder(self.model.tokenizer)
         self.stops = StopMatcher(list(self.request.sampling.stop))
         self.eos = set(self.model.config.eos_ids) | set(self.model.tokenizer.eos_ids)
+        style = detect_style(self.model.template)
         self.custom = forced_custom(self.request)  # its input is collected, not streamed as text
         self.custom_input: list[str] = []
-        self.calls = ToolCallStreamer(detect_style(self.model.template)) if uses_tools(self.request) and not self.custom else None
+        self.calls = ToolCallStreamer(style) if uses_tools(self.request) and not self.custom else None
+        # How a call of a grammar-bearing custom tool opens (Grammar.calls writes it so): once the held call
+        # reads so, the tool is `custom` and the rest of the output its input.
+        self.freeform = {freeform_opening(style, t.name, CUSTOM_TOOL_INPUT): t for t in freeform_tools(self.request)}
         self.ledger = LogprobLedger() if self.request.sampling.logprobs else None
 
     @property
@@ -248,7 +274,15 @@ class Sequence:
             if self.ledger is not None:
                 self.ledger.passed(text, content=True)
             return text
-        return self._events(self.calls.push(text))
+        out = self._events(self.calls.push(text))
+        if self.freeform and (held := self.calls.held_call()):
+            opening = next((o for o in self.freeform if held.startswith(o)), None)
+            if opening is not None:  # the model opened a custom call: from here on, its input
+                self.custom = self.freeform[opening]
+                self.custom_input.append(self.calls.take_held()[len(opening):])
+                if self.ledger is not None:
+                    self.ledger.passed(held, content=False)
+        return out
 
     def _events(self, events: list) -> str:
         out = []

@@ -27,6 +27,7 @@ import numpy as np
 
 from .byte_tokenizer import ByteTokenizer
 from .tokenizer import Tokenizer
+from .toolcalls import CALL_CLOSE, STYLES, call_opening, freeform_opening
 
 
 class GrammarError(Exception):
@@ -120,6 +121,31 @@ def _marker(tokenizer: Tokenizer, text: str) -> str:
     return json.dumps(text)
 
 
+def _lit(text: str) -> str:
+    """A Lark string literal."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _call_close(tokenizer: Tokenizer, style: str) -> str:
+    """What ends a call after its arguments object: the object's own brace, then the style's close."""
+    tail = "}" + CALL_CLOSE[style]
+    if tail.endswith("</tool_call>"):
+        return f'{_lit(tail.removesuffix("</tool_call>"))} {_marker(tokenizer, "</tool_call>")}'
+    return _lit(tail)
+
+
+def _custom_lark(name: str, syntax: str, definition: str) -> str:
+    """A custom tool's grammar as Lark (a regex becomes `start: /…/`)."""
+    if syntax == "lark":
+        return definition
+    if syntax == "regex":
+        try:
+            return json.loads(llguidance.LLMatcher.grammar_from_regex(definition))["grammars"][0]["lark_grammar"]
+        except ValueError as e:
+            raise GrammarError(f"custom tool {name!r}: regex: {e}") from e
+    raise GrammarError(f"custom tool {name!r}: grammar syntax {syntax!r} is not lark or regex")
+
+
 class Grammar:
     """One request's grammar state over one tokenizer's vocabulary."""
 
@@ -190,6 +216,56 @@ class Grammar:
         else:
             raise GrammarError(f"unknown tool-call style {style!r}")
         return cls(tokenizer, llguidance.LLMatcher.grammar_from_lark(lark), what=f"{style} tool call")
+
+    @classmethod
+    def calls(cls, tokenizer: Tokenizer, tools: list[dict], freeform: dict[str, tuple[str, str]], *, key: str,
+              style: str, required: bool) -> Grammar:
+        """Every tool call the model opens is a valid one, and a custom tool's input follows its own grammar.
+
+        For requests with custom (freeform) tools that carry a grammar, such as Codex's apply_patch, when
+        `tool_choice` leaves the choice of tool to the model. `tools` are the function tools (a custom tool
+        without a grammar is one: its input is a JSON string); `freeform` maps a custom tool's name to its
+        (syntax, definition). Without `required` the output is free text, and a lazy grammar takes over
+        where the text opens a call (the style's tag): a function call is constrained as Grammar.tool_call
+        constrains it, then free text goes on. With `required` the output is one call.
+
+        A custom call is written up to the opening quote of its one string argument `key`
+        (toolcalls.freeform_opening), then its input raw, under the tool's grammar, to the end of the output:
+        what the client's grammar describes is the raw text, not its JSON escape, so nothing can follow it
+        and a custom call is the output's last call."""
+        if style not in STYLES:
+            raise GrammarError(f"unknown tool-call style {style!r}")
+        tag = {"hermes": "<tool_call>", "fak": "<tool_call>", "mistral": "[TOOL_CALLS]"}.get(style, "")
+        functions, customs, subgrammars = [], [], []
+        for fn in (_function(t) for t in tools):
+            params = _with_json_options(fn.get("parameters") or {"type": "object"})
+            functions.append(f"{_lit(call_opening(style, fn['name'])[len(tag):])} %json {json.dumps(params, ensure_ascii=False)} "
+                             f"{_call_close(tokenizer, style)}")
+        for i, (name, (syntax, definition)) in enumerate(freeform.items()):
+            subgrammars.append({"name": f"custom_{i}", "lark_grammar": _custom_lark(name, syntax, definition)})
+            customs.append(f"{_lit(freeform_opening(style, name, key)[len(tag):])} @custom_{i}")
+        if not customs:
+            raise GrammarError("no custom tool with a grammar")
+        rules = [f"custom: {' | '.join(customs)}"] + ([f"function: {' | '.join(functions)}"] if functions else [])
+        call = "(function | custom)" if functions else "custom"
+        if style == "llama3":  # the whole reply is one call, or text that does not begin like one
+            start = f"start: {call}" if required else f"start: PLAIN | {call}"
+            rules.append(r"PLAIN: /\s*([^{\s](.|\n)*)?/")
+        else:
+            marker = _marker(tokenizer, tag)
+            if required:
+                start = f"start: {marker} {call}"
+            else:
+                if style == "mistral":  # the calls run to the end of the reply
+                    start = f"start: TEXT | trig {call}"
+                else:
+                    start = "start: (trig function)* (TEXT | trig custom)" if functions else "start: TEXT | trig custom"
+                # Free text up to the tag. A tag that is a special token never appears in TEXT: no lazy lexeme.
+                rules += [f"trig: TEXT {marker}" if marker.startswith("<[") else f"trig[lazy]: TEXT {marker}",
+                          r"TEXT: /(.|\n)*/"]
+        lark = "\n".join(["%llguidance {}", start, *rules]) + "\n"
+        top = json.dumps({"grammars": [{"name": "calls", "lark_grammar": lark}, *subgrammars]})
+        return cls(tokenizer, top, what=f"{style} tool calls with custom grammars")
 
     def allowed_bits(self) -> np.ndarray:
         """The mask packed 32 tokens per int32 (bit i%32 of word i//32), llguidance's native form.

@@ -43,6 +43,24 @@ def detect_style(template: ChatTemplate | None) -> str:
     return template.tool_style if template is not None else "fak"
 
 
+# How a constrained call is written (constrain.Grammar.tool_call / .calls): the text before its JSON object,
+# the object with `", "` and `": "` separators (as json.dumps writes it), the text after it.
+CALL_OPEN = {"hermes": "<tool_call>\n", "fak": "<tool_call>", "llama3": "", "mistral": "[TOOL_CALLS] ["}
+CALL_CLOSE = {"hermes": "\n</tool_call>", "fak": "</tool_call>", "llama3": "", "mistral": "]"}
+ARGUMENTS_KEY = {"hermes": "arguments", "fak": "arguments", "llama3": "parameters", "mistral": "arguments"}
+
+
+def call_opening(style: str, name: str) -> str:
+    """The text of a constrained call of `name` up to its arguments object, in the style's syntax."""
+    return f'{CALL_OPEN[style]}{{"name": {json.dumps(name, ensure_ascii=False)}, "{ARGUMENTS_KEY[style]}": '
+
+
+def freeform_opening(style: str, name: str, key: str) -> str:
+    """The text of a custom (freeform) tool call up to where its raw input begins: the opening of its one
+    string argument `key` (Grammar.calls writes the input after it, unescaped, to the end of the output)."""
+    return f'{call_opening(style, name)}{{{json.dumps(key)}: "'
+
+
 def parse_tool_calls(text: str, style: str) -> tuple[str, list[ParsedCall]]:
     """(content, calls) from a finished reply. When there are calls the content is stripped of the
     whitespace that separated it from them."""
@@ -134,6 +152,15 @@ class ToolCallStreamer:
     def holding(self) -> bool:
         """Whether text is being held back (a tool call may be in progress)."""
         return bool(self._buf)
+
+    def held_call(self) -> str:
+        """The text of the call in progress, from its opening marker (empty when none is open)."""
+        return self._buf if self._in_call else ""
+
+    def take_held(self) -> str:
+        """Hand over the text held back and forget it (the caller takes the call over)."""
+        out, self._buf, self._in_call = self._buf, "", False
+        return out
 
     def push(self, delta: str) -> list[StreamEvent]:
         self._buf += delta

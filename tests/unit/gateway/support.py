@@ -23,6 +23,7 @@ from litestar.testing import AsyncTestClient
 
 from fak_gateway.app import create_app
 from fak_gateway.engines import Engines
+from fak_gateway.errors import WireError
 from fak_gateway.pipeline import Pipeline
 from fak_gateway.responses_store import ResponseStore
 from fak_gateway.upstream import Upstreams
@@ -73,11 +74,14 @@ class FakeBus:
 
 
 class FakeEngines(Engines):
-    """Serves MODEL (settings.models) with a scripted reply: TOKENS, then `finish` with `calls`."""
+    """Serves MODEL (settings.models) with a scripted reply: TOKENS, then `finish` with `calls`; or, given
+    `error`, TOKENS and then that error (an engine failing mid-way, as Engines.generate raises it)."""
 
-    def __init__(self, settings: Settings, tokens: tuple[str, ...] = TOKENS, calls: list[ToolCall] | None = None):
+    def __init__(self, settings: Settings, tokens: tuple[str, ...] = TOKENS, calls: list[ToolCall] | None = None,
+                 finish: str = "", error: WireError | None = None):
         super().__init__(FakeBus(), settings)
-        self.tokens, self.calls = tokens, list(calls or [])
+        self.tokens, self.calls, self.error = tokens, list(calls or []), error
+        self.finish = finish or ("tool_calls" if self.calls else "stop")
         self.sent: list[GenerateRequest] = []
 
     async def generate(self, req: GenerateRequest) -> AsyncIterator[Any]:
@@ -85,7 +89,9 @@ class FakeEngines(Engines):
         yield Accepted(request_id=req.request_id, receipt=RECEIPT, prompt_tokens=PROMPT_TOKENS)
         for i, text in enumerate(self.tokens):
             yield TokenChunk(request_id=req.request_id, seq=i, text=text)
-        yield GenerateDone(request_id=req.request_id, seq=len(self.tokens), finish_reason="tool_calls" if self.calls else "stop",
+        if self.error is not None:
+            raise self.error
+        yield GenerateDone(request_id=req.request_id, seq=len(self.tokens), finish_reason=self.finish,
                            usage=Usage(prompt_tokens=PROMPT_TOKENS, completion_tokens=len(self.tokens), cached_tokens=4),
                            receipt=RECEIPT, tool_calls=self.calls)
 

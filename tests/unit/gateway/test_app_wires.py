@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from fak_gateway.errors import WireError
 from fakcore.protocol import ToolCall
 from tests.unit.gateway.support import (
     MODEL,
@@ -137,14 +138,21 @@ async def test_message_tool_use_in_both_modes():
 async def test_response_shape_stored_chained_and_deleted():
     engines = FakeEngines(settings())
     async with gateway(engines) as client:
-        r = await client.post("/v1/responses", json=responses(instructions="Be brief."))
+        r = await client.post("/v1/responses", json=responses(instructions="Be brief.", metadata={"k": "v"}, truncation="auto",
+                                                              temperature=0.3, top_p=0.5))
         assert r.status_code == 200, r.text
         first = r.json()
         assert (first["object"], first["status"], first["model"], first["store"]) == ("response", "completed", MODEL, True)
         [item] = first["output"]
         assert (item["type"], item["role"], item["status"]) == ("message", "assistant", "completed")
         assert [(c["type"], c["text"]) for c in item["content"]] == [("output_text", TEXT)]
-        assert first["usage"]["input_tokens"] == PROMPT_TOKENS and first["usage"]["output_tokens"] == 3
+        assert first["usage"] == {"input_tokens": PROMPT_TOKENS, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 3,
+                                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": PROMPT_TOKENS + 3}
+        assert (first["metadata"], first["truncation"], first["max_output_tokens"], first["temperature"], first["top_p"]) == (
+            {"k": "v"}, "auto", 5, 0.3, 0.5)
+        assert "truncation" in r.headers["x-fak-ignored"].split(",")  # accepted, not acted on: the engine never truncates
+        sampling = engines.sent[0].sampling
+        assert (sampling.max_tokens, sampling.temperature, sampling.top_p) == (5, 0.3, 0.5)
         assert (await client.get(f"/v1/responses/{first['id']}")).json() == first
 
         second = await client.post("/v1/responses", json=responses(input="And tomorrow?", previous_response_id=first["id"]))
@@ -183,9 +191,77 @@ async def test_response_function_call_in_both_modes():
     assert {k: item[k] for k in ("type", "call_id", "name", "arguments", "status")} == {
         "type": "function_call", "call_id": "call_7", "name": "get_weather", "arguments": '{"city": "Paris"}',
         "status": "completed"}
-    [done] = [d for d in streamed if d["type"] == "response.function_call_arguments.done"]
-    assert (done["name"], done["arguments"]) == ("get_weather", '{"city": "Paris"}')
+    assert [d["type"] for d in streamed] == [
+        "response.created", "response.in_progress", "response.output_item.added", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+    added, delta, done, item_done = streamed[2:6]
+    assert added["item"]["status"] == "in_progress" and added["item"]["arguments"] == ""
+    assert delta["delta"] == done["arguments"] == item_done["item"]["arguments"] == '{"city": "Paris"}'
+    assert delta["item_id"] == done["item_id"] == item_done["item"]["id"] == added["item"]["id"]
+    assert done["name"] == "get_weather" and item_done["item"]["call_id"] == "call_7"
+    assert [d["sequence_number"] for d in streamed] == list(range(len(streamed)))
     assert streamed[-1]["response"]["output"][0]["call_id"] == "call_7"
+
+
+async def test_response_custom_tool_call_in_both_modes():
+    """A call to a custom tool (one string argument on the bus) comes back as a custom_tool_call with raw input."""
+    tools = [{"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "regex", "definition": "[a-z]+"}}]
+    call = ToolCall(id="call_9", name="apply_patch", arguments=json.dumps({"input": "abc"}))
+    engines = FakeEngines(settings(), tokens=(), calls=[call])
+    async with gateway(engines) as client:
+        whole = (await client.post("/v1/responses", json=responses(tools=tools))).json()
+        streamed = sse_data((await client.post("/v1/responses", json=responses(tools=tools, stream=True))).text)
+    [item] = whole["output"]
+    assert {k: item[k] for k in ("type", "call_id", "name", "input")} == {"type": "custom_tool_call", "call_id": "call_9",
+                                                                           "name": "apply_patch", "input": "abc"}
+    assert [d["type"] for d in streamed[2:-1]] == ["response.output_item.added", "response.custom_tool_call_input.delta",
+                                                   "response.custom_tool_call_input.done", "response.output_item.done"]
+    assert streamed[3]["delta"] == streamed[4]["input"] == "abc"
+    assert [d["sequence_number"] for d in streamed] == list(range(len(streamed)))
+    [spec] = engines.sent[0].tools  # on the bus: a function of one string, its grammar alongside
+    assert (spec.kind, spec.parameters["required"], spec.format["definition"]) == ("custom", ["input"], "[a-z]+")
+
+
+async def test_parallel_tool_calls_false_hands_out_the_first_call_only():
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    second = ToolCall(id="call_8", name="get_weather", arguments='{"city": "Rome"}')
+    async with gateway(FakeEngines(settings(), tokens=(), calls=[CALL, second])) as client:
+        both = (await client.post("/v1/responses", json=responses(tools=tools))).json()
+        whole = (await client.post("/v1/responses", json=responses(tools=tools, parallel_tool_calls=False))).json()
+        streamed = sse_data((await client.post("/v1/responses", json=responses(tools=tools, parallel_tool_calls=False,
+                                                                               stream=True))).text)
+    assert [o["call_id"] for o in both["output"]] == ["call_7", "call_8"] and both["parallel_tool_calls"] is True
+    assert [o["call_id"] for o in whole["output"]] == ["call_7"] and whole["parallel_tool_calls"] is False
+    assert [d["item"]["call_id"] for d in streamed if d["type"] == "response.output_item.done"] == ["call_7"]
+    final = streamed[-1]["response"]
+    assert [o["call_id"] for o in final["output"]] == ["call_7"] and final["parallel_tool_calls"] is False
+
+
+async def test_a_response_cut_at_max_output_tokens_is_incomplete():
+    async with gateway(FakeEngines(settings(), finish="length")) as client:
+        whole = (await client.post("/v1/responses", json=responses())).json()
+        streamed = sse_data((await client.post("/v1/responses", json=responses(stream=True))).text)
+    assert (whole["status"], whole["incomplete_details"]) == ("incomplete", {"reason": "max_output_tokens"})
+    assert streamed[-1]["type"] == "response.incomplete"
+    assert streamed[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+async def test_an_engine_failing_mid_stream_ends_it_with_error_and_response_failed():
+    failure = WireError("timeout", "engine for synthetic went silent for 30s")
+    async with gateway(FakeEngines(settings(), tokens=TOKENS[:1], error=failure)) as client:
+        r = await client.post("/v1/responses", json=responses(stream=True))
+        whole = await client.post("/v1/responses", json=responses())
+    assert r.status_code == 200  # the stream had begun: the failure is told in it
+    data = sse_data(r.text)
+    assert [d["type"] for d in data] == ["response.created", "response.in_progress", "response.output_item.added",
+                                         "response.content_part.added", "response.output_text.delta", "error", "response.failed"]
+    assert [d["sequence_number"] for d in data] == list(range(len(data)))
+    error, failed = data[-2], data[-1]["response"]
+    assert (error["code"], error["message"]) == ("timeout", "engine for synthetic went silent for 30s")
+    assert failed["status"] == "failed" and failed["error"] == {"code": "timeout", "message": error["message"]}
+    assert failed["id"] == data[0]["response"]["id"] and failed["usage"] is None
+    # not streamed, the same failure is the HTTP error, in OpenAI's shape
+    assert whole.status_code == 504 and whole.json()["error"]["type"] == "timeout"
 
 
 # -- errors: each wire's own shape, before any engine is asked ----------------------------------------------
