@@ -88,6 +88,27 @@ def smollm2(nats_server: EmbeddedNats, log_dir: Path, **overrides: object) -> It
         yield topo
 
 
+ADMIN = "ops-key"  # the operator key of the test topologies that read the audit endpoints
+DENY_POLICY = """
+default: allow
+tools:
+  delete_everything:
+    action: deny
+    reason: nothing gets deleted here
+  wipe_disk:
+    action: deny
+    reason: no disk gets wiped
+"""  # the policy of the tests that prove a denied call never reaches the client
+
+
+@pytest.fixture(scope="module")
+def operated(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+    """The whole topology on the synthetic model, its operator endpoints open to ADMIN."""
+    settings = base_settings(nats_server.url, admin_keys=(ADMIN,))
+    with running(Topology(settings, log_dir=tmp_path_factory.mktemp("logs")), timeout=90) as topo:
+        yield topo
+
+
 @pytest.fixture(scope="module")
 def topology(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
     """adjudicator, kvmmu, one engine-cpu worker (synthetic) and the gateway."""

@@ -13,19 +13,20 @@ import openai
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from fakcore.launcher import Topology
-from tests.conftest import base_settings, running, wait_for
-from tests.integration.test_quarantine import PAYLOAD, conversation
+from tests.conftest import ADMIN, wait_for
+from tests.integration.test_quarantine import PAYLOAD as QUARANTINED
+from tests.integration.test_quarantine import conversation
 
-ADMIN = "ops-key"
+# bytes no other test quarantines: the bus (and its verdict stream) is shared by the whole session, and a
+# block another module quarantined first would reach this gateway as a cached verdict, not a screening
+PAYLOAD = QUARANTINED + " (console)"
+
 TIMEOUT_MS = 30_000
 
 
 @pytest.fixture(scope="module")
-def topo(nats_server, tmp_path_factory):
-    settings = base_settings(nats_server.url, admin_keys=(ADMIN,))
-    with running(Topology(settings, log_dir=tmp_path_factory.mktemp("logs")), timeout=90) as t:
-        yield t
+def topo(operated):
+    return operated
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,7 @@ def test_a_poisoned_tool_result_appears_live_with_its_span_marked_and_its_receip
         expect(page.locator("#workers tr.worker")).to_contain_text("synthetic", timeout=TIMEOUT_MS)
         expect(page.locator("#policy")).to_contain_text('"screening"', timeout=TIMEOUT_MS)
 
+        before = get(f"{topo.gateway_url}/healthz")["quarantined_blocks"]  # the session's bus may hold others'
         oai = openai.OpenAI(base_url=topo.gateway_url + "/v1", api_key="-", max_retries=0, timeout=120)
         reply = oai.chat.completions.create(model="synthetic", messages=conversation("Weather in Paris?", PAYLOAD),
                                             max_tokens=8, temperature=0)
@@ -84,7 +86,7 @@ def test_a_poisoned_tool_result_appears_live_with_its_span_marked_and_its_receip
         expect(row).to_have_attribute("data-via", "stream", timeout=TIMEOUT_MS)
         expect(row.locator(".state")).to_contain_text("tokens", timeout=TIMEOUT_MS)  # its completion, on the stream
         expect(page.locator('#plots .plot[data-model="synthetic"] svg polyline')).to_have_count(2, timeout=TIMEOUT_MS)
-        expect(page.locator("#viewer")).to_contain_text("operator · 1 blocks quarantined", timeout=TIMEOUT_MS)
+        expect(page.locator("#viewer")).to_contain_text(f"operator · {before + 1} blocks quarantined", timeout=TIMEOUT_MS)
         assert not errors, errors
     finally:
         page.close()

@@ -18,20 +18,14 @@ from google.genai import types
 
 from fakcore.launcher import Topology
 from fakcore.protocol import block_id
-from tests.conftest import base_settings, routed, running, wait_for
+from tests.conftest import DENY_POLICY, base_settings, routed, running, wait_for
 from tests.integration.test_quarantine import MARKER, PAYLOAD, audit
 from tests.support.clients import gemini_run
 from tests.support.upstreams import GeminiUpstream, OpenAIUpstream, RecordedRequest, Reply, text, tool_use
 
 ADMIN = "ops-key"
 KEY = "gk-client-1"
-POLICY = """
-default: allow
-tools:
-  delete_everything:
-    action: deny
-    reason: nothing gets deleted here
-"""
+POLICY = DENY_POLICY
 WEATHER = types.FunctionDeclaration(name="get_weather", description="Weather of a city", parameters_json_schema={
     "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"]})
 DELETE = types.FunctionDeclaration(name="delete_everything", description="Delete all files",

@@ -16,7 +16,7 @@ import pytest
 
 from fakcore.launcher import Topology, stop_process
 from fakcore.natsd import EmbeddedNats
-from tests.conftest import base_settings, free_port, running, wait_for
+from tests.conftest import DENY_POLICY, base_settings, free_port, running, wait_for
 from tests.integration.test_quarantine import MARKER, PAYLOAD, _ok
 
 ADMIN = "ops-key"
@@ -39,16 +39,7 @@ PHONE = {"type": "custom", "name": "dial", "description": "Dial a number. FREEFO
          "format": {"type": "grammar", "syntax": "regex", "definition": "[0-9]{3}-[0-9]{4}"}}
 DELETE = {"type": "function", "name": "delete_everything", "parameters": {"type": "object", "properties": {}}}
 WIPE = {"type": "custom", "name": "wipe_disk", "description": "Wipe a disk. FREEFORM: its device path."}
-POLICY = """
-default: allow
-tools:
-  delete_everything:
-    action: deny
-    reason: nothing gets deleted here
-  wipe_disk:
-    action: deny
-    reason: no disk gets wiped
-"""
+POLICY = DENY_POLICY
 
 
 @pytest.fixture(scope="module")

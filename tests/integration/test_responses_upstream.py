@@ -11,7 +11,7 @@ from typing import Literal
 import openai
 import pytest
 
-from tests.conftest import routed
+from tests.conftest import DENY_POLICY, routed
 from tests.integration.test_upstream import MARKER, POISON
 from tests.support.capture_codex import PATCH, ResponsesUpstream, patch_then_text
 from tests.support.clients import codex_events, codex_exec
@@ -19,16 +19,7 @@ from tests.support.upstreams import OpenAIUpstream, text, tool_use
 
 APPLY_PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files (FREEFORM).",
                "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch" /(.|\\n)*/'}}
-POLICY = """
-default: allow
-tools:
-  delete_everything:
-    action: deny
-    reason: nothing gets deleted here
-  wipe_disk:
-    action: deny
-    reason: no disk gets wiped
-"""
+POLICY = DENY_POLICY
 WIPE = {"type": "custom", "name": "wipe_disk", "description": "Wipe a disk (FREEFORM: its device path)."}
 
 
