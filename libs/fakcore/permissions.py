@@ -15,7 +15,12 @@ What it makes impossible (issue 10):
     to the reply subject of a request it received (allow_responses), never to an inbox of its choosing;
   - reading other services' replies: each user's requests use its own inbox prefix (`_INBOX.<user>`, set
     by bus.connect), and those are the only inboxes it may subscribe to; the engine has none;
-  - purging or deleting the streams, reading from or deleting the kvmmu's durable consumer: `admin` only.
+  - purging or deleting the streams, reading from or deleting the kvmmu's durable consumer: `admin` only;
+  - changing the kvmmu's durable (its filter, max_deliver, ack_wait): only the kvmmu creates or updates
+    it. The gateway's ordered consumers are created by name (`gateway-<random>`, the name in the subject,
+    which the server matches against the request's config), never through the bare
+    $JS.API.CONSUMER.CREATE.<stream>, whose body may name any consumer. NATS wildcards match whole tokens,
+    so "names starting gateway-" can't be granted: the durables of others (DURABLES) are denied instead.
     A stream is updated by its owner (the adjudicator); gateway and kvmmu may create one that is missing
     (a create never changes an existing stream).
 
@@ -56,6 +61,7 @@ class Grant:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     responses: tuple[int, str] | None = None  # allow_responses: (replies per request, -1: any number; window)
+    deny_publish: tuple[str, ...] = ()  # refused even where `publish` allows it
 
 
 _ANY = "_any_"  # a token subject_token keeps as it is, turned into the wildcard
@@ -67,6 +73,19 @@ def _wild(subject: str) -> str:
 
 def _stream(verb: str, stream: str) -> str:
     return f"$JS.API.STREAM.{verb}.{stream}"
+
+
+DURABLES = {subjects.VERDICT_STREAM: (KVMMU_DURABLE,), subjects.AUDIT_STREAM: ()}  # stream -> durables, each its owner's
+CONSUMER_PREFIX = "gateway-"  # the names of the gateway's ordered consumers (context_filter.GatewayConsumer)
+
+
+def _named_consumer(stream: str, filter_subject: str) -> str:
+    """A create of a consumer named in the subject (any one-token name) with `filter_subject` as its filter."""
+    return f"$JS.API.CONSUMER.CREATE.{stream}.*.{filter_subject}"
+
+
+def _others_durables() -> tuple[str, ...]:
+    return tuple(f"$JS.API.CONSUMER.CREATE.{stream}.{d}.>" for stream, names in DURABLES.items() for d in names)
 
 
 def table() -> dict[str, Grant]:
@@ -82,11 +101,13 @@ def table() -> dict[str, Grant]:
                      s.health("gateway"),
                      _stream("CREATE", V), _stream("INFO", V), _stream("CREATE", A), _stream("INFO", A),
                      _stream("MSG.GET", V),  # the context filter: the last verdict, to know when it caught up
-                     f"$JS.API.CONSUMER.CREATE.{V}", f"$JS.API.CONSUMER.CREATE.{A}",  # ordered (ephemeral) consumers
+                     # its ordered consumers, by name (never the bare CREATE.<stream>: its body names any consumer)
+                     _named_consumer(V, s.QUARANTINE), _named_consumer(A, s.AUDIT),
                      f"$JS.FC.{V}.>", f"$JS.FC.{A}.>",  # their flow control
                      # the response store: its stream, written and read by the gateways only
                      s.RESPONSES, _stream("CREATE", R), _stream("INFO", R), _stream("MSG.GET", R)),
-            subscribe=(f"{inbox_prefix('gateway')}.>", s.ANNOUNCE, s.HEALTH, s.KV_EVICTED)),
+            subscribe=(f"{inbox_prefix('gateway')}.>", s.ANNOUNCE, s.HEALTH, s.KV_EVICTED),
+            deny_publish=_others_durables()),
         "adjudicator": Grant(
             publish=(s.QUARANTINE, s.AUDIT, s.health("adjudicator"), judge,  # the judge stage asks, never generates
                      _stream("CREATE", V), _stream("INFO", V), _stream("UPDATE", V),  # the streams' owner
@@ -120,22 +141,35 @@ class Var(str):
     """A nats-server configuration variable ($NAME, from the server's environment), written unquoted."""
 
 
+ACCOUNT, SYSTEM_ACCOUNT = "FAK", "SYS"  # fak's users and their streams; the server's own (cluster, monitoring)
+
+
 def authorization(passwords: Mapping[str, str]) -> dict[str, Any]:
-    """The `authorization` block: every user of the table with its password and permissions."""
+    """Every user of the table with its password and permissions (the `users` of fak's account)."""
     users = []
     for user, grant in table().items():
         perms: dict[str, Any] = {"publish": {"allow": list(grant.publish)}, "subscribe": {"allow": list(grant.subscribe)}}
+        if grant.deny_publish:
+            perms["publish"]["deny"] = list(grant.deny_publish)
         if grant.responses is not None:
             perms["allow_responses"] = {"max": grant.responses[0], "expires": grant.responses[1]}
         users.append({"user": user, "password": passwords[user], "permissions": perms})
     return {"users": users}
 
 
+def accounts(passwords: Mapping[str, str]) -> dict[str, Any]:
+    """The `accounts` block: every user in fak's account, JetStream enabled for it, and a system account
+    with no users (the server's internal traffic, JetStream's cluster metadata included; no client logs in)."""
+    return {ACCOUNT: {"jetstream": "enabled", **authorization(passwords)}, SYSTEM_ACCOUNT: {}}
+
+
 def render(passwords: Mapping[str, str] | None = None) -> str:
     """nats-server configuration text of the table: the passwords given, else $FAK_NATS_<USER>_PASSWORD."""
     passwords = passwords or {u: Var(f"FAK_NATS_{u.upper()}_PASSWORD") for u in USERS}
-    return ("# fak's bus users and their permissions, rendered from libs/fakcore/permissions.py: do not edit.\n"
-            f"authorization: {_conf(authorization(passwords))}\n")
+    return (f"# fak's bus: account {ACCOUNT} holds the users and their authorization (permissions), account "
+            f"{SYSTEM_ACCOUNT} is the server's.\n# Rendered from libs/fakcore/permissions.py: do not edit.\n"
+            f"accounts: {_conf(accounts(passwords))}\n"
+            f"system_account: {json.dumps(SYSTEM_ACCOUNT)}\n")
 
 
 def _conf(value: Any, indent: str = "") -> str:

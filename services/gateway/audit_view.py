@@ -15,8 +15,9 @@ from typing import Any
 
 import msgspec
 import nats
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import DeliverPolicy
 
+from fak_gateway.context_filter import GatewayConsumer
 from fakcore.protocol import Decoders, GenerateRequest, receipt_id, subjects
 
 log = logging.getLogger("fak.gateway.audit")
@@ -40,7 +41,7 @@ class AuditView:
         with contextlib.suppress(nats.js.errors.NotFoundError):
             info = await js.stream_info(subjects.AUDIT_STREAM)
             start = max(1, info.state.last_seq - (self.records.maxlen or 0) + 1)
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
+        config = GatewayConsumer(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
         self._subs.append(await js.subscribe(subjects.AUDIT, cb=self._on_audit, ordered_consumer=True, config=config,
                                              stream=subjects.AUDIT_STREAM))
         self._subs.append(await nc.subscribe(subjects.KV_EVICTED, cb=self._on_evicted))

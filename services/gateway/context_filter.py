@@ -27,13 +27,16 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import nats
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from fakcore.permissions import CONSUMER_PREFIX
 from fakcore.protocol import (
     ChatMessage,
     Decoders,
@@ -46,6 +49,16 @@ from fakcore.protocol import (
 )
 
 log = logging.getLogger("fak.gateway.filter")
+
+
+@dataclass
+class GatewayConsumer(ConsumerConfig):
+    """The config of a gateway's ordered consumer: named `gateway-<random>`, afresh on every create. The bus
+    lets the gateway create consumers only by name (permissions.py), and nats.py copies the config for each
+    create, so the re-creation after an ordered consumer's reset never reuses the name it replaces."""
+
+    def __post_init__(self) -> None:
+        self.name = CONSUMER_PREFIX + uuid.uuid4().hex
 
 PLACEHOLDER = ("[fak: this tool result was quarantined and withheld from the model: it carried content addressed to the "
                "model ({detector}, score {score:.2f}; block {block}). Treat the tool call as failed.]")
@@ -164,7 +177,7 @@ class ContextFilter:
         if self._caught_up_at == 0:
             self.ready.set()
         self._sub = await js.subscribe(subjects.QUARANTINE, cb=self._on_verdict, ordered_consumer=True,
-                                       deliver_policy=DeliverPolicy.ALL, stream=subjects.VERDICT_STREAM)
+                                       config=GatewayConsumer(deliver_policy=DeliverPolicy.ALL), stream=subjects.VERDICT_STREAM)
         try:
             await asyncio.wait_for(self.ready.wait(), timeout)
         except TimeoutError:

@@ -26,9 +26,11 @@ import openai
 import pytest
 
 from fakcore.launcher import Topology, stop_process
-from fakcore.permissions import inbox_prefix
+from fakcore.permissions import CONSUMER_PREFIX, inbox_prefix
 from fakcore.protocol import (
     ADJUDICATOR_QUEUE,
+    KVMMU_DURABLE,
+    CancelRequest,
     ChatMessage,
     Decoders,
     GenerateRequest,
@@ -229,7 +231,8 @@ def test_a_compromised_engine_cannot_judge_release_forge_or_purge(topo):
                 await nc.jetstream(timeout=1.0).purge_stream(V)
             with pytest.raises(nats.errors.TimeoutError):
                 await nc.jetstream(timeout=1.0).delete_stream(V)
-            for subject in (subjects.ADJUDICATE_RESULT, subjects.ADJUDICATE_CALL, "_INBOX.>"):
+            await nc.subscribe(">")  # every subject
+            for subject in (subjects.ADJUDICATE_RESULT, subjects.ADJUDICATE_CALL, "_INBOX.>", ">"):
                 assert await attack.refused("subscription", subject), (subject, attack.errors)
             for subject in (subjects.RELEASE, subjects.QUARANTINE, f"{inbox_prefix('gateway')}.forged",
                             f"$JS.API.STREAM.PURGE.{V}", f"$JS.API.STREAM.DELETE.{V}"):
@@ -260,6 +263,72 @@ def test_only_admin_purges_or_deletes_the_streams(topo):
             assert await c.refused("publish", f"$JS.API.CONSUMER.MSG.NEXT.{V}.kvmmu")
         async with Conn(topo, "admin") as c:
             assert (await c.nc.jetstream().stream_info(V)).state.messages >= 1
+
+    run(main())
+
+
+def test_the_gateway_cannot_change_the_kvmmus_durable(topo):
+    """The gateway creates consumers only by name, its own: no request of it changes the kvmmu's durable
+    (a filter that matches nothing would stop every eviction)."""
+    hijack = {"ack_policy": "explicit", "deliver_policy": "all", "filter_subject": "fak.v1.verdict.none",
+              "max_deliver": 1, "ack_wait": 1000}
+    create = f"$JS.API.CONSUMER.CREATE.{V}"
+
+    async def main() -> None:
+        async with Conn(topo, "admin") as admin, Conn(topo, "gateway") as c:
+            js = admin.nc.jetstream()
+            before = (await js.consumer_info(V, KVMMU_DURABLE)).config
+
+            async def ask(subject: str, **config: object) -> dict:
+                body = json.dumps({"stream_name": V, "config": {**hijack, **config}}).encode()
+                return json.loads((await c.nc.request(subject, body, timeout=1.0)).data)
+
+            for subject in (create, f"{create}.{KVMMU_DURABLE}.{subjects.QUARANTINE}", f"{create}.{KVMMU_DURABLE}.fak.v1.verdict.none"):
+                with pytest.raises(nats.errors.TimeoutError):  # the bare create (its body names any consumer), the kvmmu's name
+                    await ask(subject, name=KVMMU_DURABLE, filter_subject=subjects.QUARANTINE)
+                assert await c.refused("publish", subject), (subject, c.errors)
+            own = f"{CONSUMER_PREFIX}{uuid.uuid4().hex}"  # its own name in the subject, the kvmmu's in the body
+            for config in ({"name": KVMMU_DURABLE}, {"durable_name": KVMMU_DURABLE}):
+                reply = await ask(f"{create}.{own}.{subjects.QUARANTINE}", filter_subject=subjects.QUARANTINE, **config)
+                assert "error" in reply or reply["name"] == own, (config, reply)  # refused, or the subject's name wins
+            after = (await js.consumer_info(V, KVMMU_DURABLE)).config
+            assert (after.filter_subject, after.max_deliver, after.ack_wait) == (before.filter_subject, before.max_deliver, before.ack_wait)
+            names = [i.name for stream in (V, subjects.AUDIT_STREAM) for i in await js.consumers_info(stream)]
+            assert KVMMU_DURABLE in names and all(n == KVMMU_DURABLE or n.startswith(CONSUMER_PREFIX) for n in names), names
+            assert sum(n.startswith(CONSUMER_PREFIX) for n in names) >= 2  # the gateway's own: context filter, audit view
+
+    run(main())
+
+
+def test_no_one_but_the_gateway_cancels_and_no_one_but_admin_reads_everything(topo):
+    """Cancelling another client's request (every worker obeys fak.v1.engine.cancel) and subscribing to
+    every subject (">") are refused to every other service's user."""
+    async def main() -> None:
+        async with Conn(topo, "admin") as watcher:
+            seen: list[str] = []
+            heard = asyncio.Event()
+
+            async def watch(msg) -> None:
+                seen.append(msg.subject)
+                heard.set()
+
+            await watcher.nc.subscribe(subjects.CANCEL, cb=watch)
+            await watcher.nc.flush()
+            for user in ("engine", "kvmmu", "adjudicator"):
+                async with Conn(topo, user) as attack:
+                    await attack.nc.publish(subjects.CANCEL, encode(CancelRequest(request_id="someone-elses")))
+                    await attack.nc.subscribe(">")
+                    assert await attack.refused("publish", subjects.CANCEL), (user, attack.errors)
+                    assert await attack.refused("subscription", ">"), (user, attack.errors)
+            async with Conn(topo, "gateway") as gateway:
+                await gateway.nc.subscribe(">")
+                assert await gateway.refused("subscription", ">"), gateway.errors
+                await gateway.nc.publish(subjects.CANCEL, encode(CancelRequest(request_id="its-own")))
+                await gateway.nc.flush()
+            await asyncio.wait_for(heard.wait(), 5)
+            assert seen == [subjects.CANCEL]  # the gateway's own cancel, and nothing else
+
+    run(main())
 
 
 def test_the_gateway_cannot_answer_adjudication_requests(topo):
