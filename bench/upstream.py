@@ -359,7 +359,7 @@ def start_topology(routes: Path, log_dir: Path, env: dict[str, str] | None = Non
 
 SITECUSTOMIZE = '''
 import os, sys
-if "gateway" in sys.orig_argv and "serve" in sys.orig_argv and os.environ.get("BENCH_PROFILE_OUT"):
+if "fak_gateway" in sys.orig_argv and os.environ.get("BENCH_PROFILE_OUT"):  # python -m fak_gateway (fak serve execs it)
     import cProfile, signal
     _state = {"prof": None, "n": 0}
 
