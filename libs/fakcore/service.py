@@ -13,6 +13,8 @@ stops and exits non-zero, and whoever runs it (`fak up`, compose, Kubernetes) re
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -146,37 +148,77 @@ class Service:
 async def run_service(name: str, settings: Settings, bootstrap: Callable[[Service], Awaitable[None]],
                       *, metrics_server: bool = True) -> int:
     """Run one service until SIGINT/SIGTERM (exit status 0) or until a supervised part dies (1).
-    `bootstrap` subscribes handlers and registers clean-ups."""
+    `bootstrap` subscribes handlers and registers clean-ups. A signal during start-up (the bus unreachable,
+    a model loading) abandons it; from the signal on, the process ends within SHUTDOWN_S whatever happens."""
     setup_logging(settings.log_level, name)
-    stop = asyncio.Event()
+    stop, signalled = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    watchdog: list[threading.Timer] = []  # armed once stopping begins: at the signal, or when a part died
 
-    watchdog: threading.Timer | None = None  # armed once stopping begins
+    def stopping() -> None:
+        if not watchdog:
+            watchdog.append(_exit_watchdog(name))
+        signalled.set()
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping)
     try:
         async with AsyncExitStack() as stack:
-            nc = await bus.connect(settings, name)
-            stack.push_async_callback(_drain, nc)
-            svc = Service(name=name, settings=settings, nc=nc, metrics=Metrics(name), stack=stack, stop=stop,
-                          instance=instance_name(name), loop=loop)
-            if metrics_server:
-                server = MetricsServer(svc.metrics, svc.health)
-                svc.metrics_url = await server.start(settings.metrics_host, settings.metrics_port)
-                stack.push_async_callback(server.stop)
-                log.info("%s: metrics and health on %s", name, svc.metrics_url)
-            await bootstrap(svc)
+            svc = await _unless(signalled, _start(name, settings, bootstrap, stack, stop, loop, metrics_server))
+            if svc is None:
+                log.info("%s: stopped during start-up", name)
+                return 0
             svc.starting = ""
             svc.supervise(_heartbeat(svc), "the heartbeat")
             log.info("%s: ready (%s)", name, svc.instance)
             await stop.wait()
             log.info("%s: stopping%s", name, f" ({svc.failure})" if svc.failure else "")
-            watchdog = _exit_watchdog(name)
+            if not watchdog:
+                watchdog.append(_exit_watchdog(name))
         log.info("%s: stopped", name)
         return 1 if svc.failure else 0
     finally:
-        if watchdog is not None:
-            watchdog.cancel()  # stopped in time
+        for timer in watchdog:
+            timer.cancel()  # stopped in time
+
+
+async def _start(name: str, settings: Settings, bootstrap: Callable[[Service], Awaitable[None]], stack: AsyncExitStack,
+                 stop: asyncio.Event, loop: asyncio.AbstractEventLoop, metrics_server: bool) -> Service:
+    """Connect, serve /metrics, run the bootstrap: the service, ready but for its heartbeat."""
+    nc = await bus.connect(settings, name)
+    stack.push_async_callback(_drain, nc)
+    svc = Service(name=name, settings=settings, nc=nc, metrics=Metrics(name), stack=stack, stop=stop,
+                  instance=instance_name(name), loop=loop)
+    if metrics_server:
+        server = MetricsServer(svc.metrics, svc.health)
+        svc.metrics_url = await server.start(settings.metrics_host, settings.metrics_port)
+        stack.push_async_callback(server.stop)
+        log.info("%s: metrics and health on %s", name, svc.metrics_url)
+    await bootstrap(svc)
+    return svc
+
+
+async def _unless(event: asyncio.Event, coro: Awaitable[Service]) -> Service | None:
+    """What `coro` returns, or None (and `coro` cancelled) if `event` is set first."""
+    task, waiter = asyncio.ensure_future(coro), asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        waiter.cancel()
+    if task.done():
+        return task.result()
+    # Cancelled until it ends: nats.py's connect loop can take a cancellation that lands as its connect
+    # timeout fires for a timeout, and retry (the watchdog bounds all this anyway).
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        task.result()
+    return None
 
 
 async def _drain(nc: NATS) -> None:
@@ -194,7 +236,8 @@ def _exit_watchdog(name: str) -> threading.Timer:
     """Stopping must end within SHUTDOWN_S whatever the state of the bus: past it, exit hard. The caller
     cancels the timer once the service has stopped."""
     def expire() -> None:
-        log.error("%s: shutdown took longer than %gs; exiting now", name, SHUTDOWN_S)
+        log.error("%s: shutdown took longer than %gs; exiting now, from:", name, SHUTDOWN_S)
+        faulthandler.dump_traceback(all_threads=True)  # where it was stuck
         logging.shutdown()
         os._exit(70)
 

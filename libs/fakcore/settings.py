@@ -21,6 +21,7 @@ import argparse
 import difflib
 import math
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -37,7 +38,7 @@ NOT_SETTINGS = frozenset({
 })
 NOT_SETTINGS_PREFIXES = ("FAK_TEST_",)  # the tests' own variables: process tags, upstream keys in routes files
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
-SECRETS = frozenset({"api_keys", "admin_keys", "nats_password", "verdict_key", "release_key"})  # masked in repr; only ever in the environment
+SECRETS = frozenset({"api_keys", "admin_keys", "tenants", "nats_password", "verdict_key", "release_key"})  # masked in repr; only ever in the environment
 
 
 def _doc(text: str) -> msgspec.Meta:
@@ -67,6 +68,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     models: Annotated[tuple[str, ...], _doc("Models the gateway routes (comma separated). Default: the served `model`. Each in-kernel one needs a live worker before /healthz reports ready.")] = ()
     api_keys: Annotated[tuple[str, ...], _doc("Gateway API keys (comma separated), added to those in `api_keys_file`. None at all: no key is required. Prefer the variable or the file: a flag shows in `ps`.")] = ()
     api_keys_file: Annotated[str, _doc("A file of gateway API keys, one a line (blank lines and `#` comments ignored), read at start-up; child processes get the path, not the keys. Missing, unreadable or empty: an error.")] = ""
+    tenants: Annotated[tuple[str, ...], _doc("Tenants of several API keys: `tenant=key` entries, comma separated (`acme=sk-1,acme=sk-2`). A tenant's keys share its KV-cache partition (prefix reuse, `cached_tokens`); a key in no entry is a tenant of its own. A tenant is letters, digits, `_`, `.`, `-`; every key one of `api_keys`, in one tenant only. Holds keys: prefer the variable to the flag.")] = ()
     max_body_bytes: Annotated[int, _doc("Largest request body the gateway accepts, in bytes (413 above it).")] = 4 * 1024 * 1024
     ack_timeout_s: Annotated[float, _doc("How long the gateway waits for an engine worker to accept a request before failing it (503).")] = 5.0
     idle_timeout_s: Annotated[float, _doc("Longest silence between two streamed engine messages before the request fails (504).")] = 120.0
@@ -124,6 +126,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     _admin_keys_from_file: tuple[str, ...] = ()  # the part of `admin_keys` read from `admin_keys_file`
 
     # ------------------------------------------------------------------------------------------------
+    def tenant_of(self) -> dict[str, str]:
+        """API key id -> its configured tenant, for the keys `tenants` names."""
+        from fakcore.policy import key_id
+
+        return {key_id(key): tenant for key, tenant in tenant_map(self.tenants, self.api_keys, "tenants").items()}
+
     @property
     def routed_models(self) -> tuple[str, ...]:
         return self.models or (self.model,)
@@ -200,6 +208,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 from_file = read_keys_file(path, where[f"{name}_file"])
                 raw[f"_{name}_from_file"] = from_file
                 raw[name] = tuple(dict.fromkeys((*from_file, *raw.get(name, ()))))  # file first: to_env round-trips
+        if raw.get("tenants"):
+            tenant_map(raw["tenants"], raw.get("api_keys", ()), where["tenants"])
         try:
             return msgspec.convert(raw, cls, strict=False)
         except msgspec.ValidationError as exc:
@@ -284,6 +294,26 @@ def read_keys_file(path: str, where: str) -> tuple[str, ...]:
     if not keys:
         raise SettingsError(f"{where}={path}: the keys file holds no key")
     return keys
+
+
+TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def tenant_map(entries: tuple[str, ...], api_keys: tuple[str, ...], where: str) -> dict[str, str]:
+    """`tenant=key` entries -> {key: tenant}; a malformed entry, a key that is none of `api_keys` or one
+    in two tenants is a SettingsError naming the entry by its number and tenant, never the key."""
+    out: dict[str, str] = {}
+    for n, entry in enumerate(entries, 1):
+        tenant, eq, key = (part.strip() for part in entry.partition("="))
+        if not eq or not key or not TENANT_NAME.fullmatch(tenant):
+            raise SettingsError(f"{where}: entry {n} is not tenant=key with a tenant of letters, digits, _ . - "
+                                f"(at most 64)")
+        if key not in api_keys:
+            raise SettingsError(f"{where}: entry {n} (tenant {tenant}): the key is none of the api_keys")
+        if out.get(key, tenant) != tenant:
+            raise SettingsError(f"{where}: entry {n}: the key is in tenants {out[key]} and {tenant}")
+        out[key] = tenant
+    return out
 
 
 def _check_tls_files(raw: dict[str, Any], where: dict[str, str]) -> None:

@@ -28,12 +28,20 @@ BODIES = (
     ("/v1/messages/count_tokens", anthropic_wire.CountRequest, "anthropic", "Anthropic token counting"),
     ("/v1/responses", responses_wire.ResponsesRequest, "openai", "OpenAI Responses (stream: SSE; stored for previous_response_id)"),
     ("/v1/responses/input_tokens", responses_wire.InputTokensRequest, "openai", "OpenAI Responses input token count"),
-    ("/v1beta/models/{model}:generateContent", gemini_wire.GenerateContentRequest, "gemini",
-     "Gemini generateContent (also under /v1/)"),
-    ("/v1beta/models/{model}:streamGenerateContent", gemini_wire.GenerateContentRequest, "gemini",
-     "Gemini streamed generateContent: SSE with alt=sse, else one JSON array (also under /v1/)"),
-    ("/v1beta/models/{model}:countTokens", gemini_wire.CountRequest, "gemini", "Gemini token counting (also under /v1/)"),
+    *((f"{prefix}/models/{{model}}:{action}", struct, "gemini", f"{summary} ({prefix})") for prefix in ("/v1beta", "/v1")
+      for action, struct, summary in (
+          ("generateContent", gemini_wire.GenerateContentRequest, "Gemini generateContent"),
+          ("streamGenerateContent", gemini_wire.GenerateContentRequest,
+           "Gemini streamed generateContent: SSE with alt=sse, else one JSON array"),
+          ("countTokens", gemini_wire.CountRequest, "Gemini token counting"))),
 )
+
+# POST /mcp: one JSON-RPC message of the Model Context Protocol (streamable HTTP; mcp_gateway.py)
+MCP_MESSAGE = {
+    "type": "object", "required": ["jsonrpc", "method"],
+    "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer"]}, "method": {"type": "string"},
+                   "params": {"type": "object"}},
+}
 
 # The error bodies, as errors.WireError renders them
 ERRORS = {
@@ -56,6 +64,12 @@ ERRORS = {
             "type": "object", "required": ["code", "message", "status"],
             "properties": {"code": {"type": "integer"}, "message": {"type": "string"}, "status": {"type": "string"}}}},
     },
+}
+ERRORS["McpError"] = {  # what the MCP server answers; the gateway's own refusals (a key, no MCP servers) are OpenAI's
+    "type": "object", "required": ["jsonrpc", "error"],
+    "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]}, "error": {
+        "type": "object", "required": ["code", "message"],
+        "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}},
 }
 ERROR_OF = {"openai": "OpenAIError", "anthropic": "AnthropicError", "gemini": "GoogleError"}
 
@@ -81,7 +95,8 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _errors(wire: str) -> dict[str, Any]:
-    ref = {"$ref": REF.format(name=ERROR_OF[wire])}
+    ref: dict[str, Any] = {"$ref": REF.format(name=ERROR_OF[wire])} if wire != "mcp" else \
+        {"oneOf": [{"$ref": REF.format(name="McpError")}, {"$ref": REF.format(name="OpenAIError")}]}
     return {"4XX": {"description": "the request is refused", "content": _json(ref)},
             "5XX": {"description": "the gateway or a backend failed", "content": _json(ref)}}
 
@@ -101,12 +116,12 @@ def _post(struct_ref: dict[str, Any], wire: str, summary: str, path: str) -> dic
 
 def _get(summary: str, security: list[dict[str, list[str]]], content: dict[str, Any] | None = None,
          parameters: list[dict[str, Any]] | None = None, responses: dict[str, Any] | None = None,
-         wire: str = "openai") -> dict[str, Any]:
+         wire: str = "openai", method: str = "get") -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary, "security": security, "responses": {
         "200": {"description": "ok", "content": content or _json({"type": "object"})}, **_errors(wire), **(responses or {})}}
     if parameters:
         op["parameters"] = parameters
-    return {"get": op}
+    return {method: op}
 
 
 def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +135,17 @@ def document() -> dict[str, Any]:
     version = {"name": "anthropic-version", "in": "header", "required": False, "schema": {"type": "string"},
                "description": "present: the list in Anthropic's shape, else OpenAI's"}
     paths["/v1/models"] = _get("the models this gateway serves", API_KEY, parameters=[version])
+    paths["/v1/models/{model}"] = _get("one model (OpenAI's shape; Anthropic's with anthropic-version)", API_KEY,
+                                       parameters=[MODEL, version])
+    response_id = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    paths["/v1/responses/{response_id}"] = {
+        **_get("Responses: a stored response", API_KEY, parameters=[response_id]),
+        **_get("Responses: delete a stored response", API_KEY, parameters=[response_id], method="delete")}
+    accepted = {"202": {"description": "a notification or a response: accepted, nothing to answer"}}
+    mcp = _post(MCP_MESSAGE, "mcp", "MCP (streamable HTTP, stateless): the tools, resources and prompts of the MCP "
+                "servers of FAK_MCP, screened and adjudicated", "/mcp")
+    mcp["post"]["responses"].update(accepted)
+    paths["/mcp"] = mcp
     not_ready = {"503": {"description": "not ready: the same body, naming what is missing", "content": _json({"type": "object"})}}
     paths["/healthz"] = _get("readiness: 200 when every routed model and needed service is live, else 503", PUBLIC,
                              responses=not_ready)
@@ -131,6 +157,12 @@ def document() -> dict[str, Any]:
     paths["/v1/fak/requests/{request_id}"] = _get(
         "operators: a request's context as it left for the engines", ADMIN_KEY,
         parameters=[{"name": "request_id", "in": "path", "required": True, "schema": text}])
+    console = "operators (or a tenant's API key, its own): the console's "
+    paths["/v1/fak/console/state"] = _get(console + "snapshot: requests, verdicts, receipts, workers, throughput", ADMIN_KEY)
+    paths["/v1/fak/console/events"] = _get(console + "live events (server-sent: snapshot, record, request, done…)", ADMIN_KEY,
+                                           content={"text/event-stream": {"schema": {"type": "string"}}})
+    paths["/v1/fak/console/stats"] = _get(console + "tokens/s and latency per model", ADMIN_KEY)
+    paths["/v1/fak/console/policy"] = _get("operators: the policy in force (admin keys only)", ADMIN_KEY)
     paths["/v1beta/models"] = _get("Gemini: the models this gateway serves, in pages", GOOGLE_KEY, wire="gemini", parameters=[
         _query("pageSize", {"type": "integer", "default": 50, "description": "clamped to 1..1000"}),
         _query("pageToken", {"type": "string", "description": "the previous page's nextPageToken"})])
@@ -138,7 +170,7 @@ def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "fak gateway", "version": "1", "description": "The agent kernel's gateway: OpenAI and "
-                 "Anthropic, Responses and Gemini wires, each error in its own wire's shape."},
+                 "Anthropic, Responses and Gemini wires and MCP, each error in its own wire's shape."},
         "paths": paths,
         "components": {"schemas": {**components, **ERRORS}, "securitySchemes": SECURITY_SCHEMES},
     }

@@ -28,15 +28,18 @@ from fakcore.routes import Route, RouteTable
 CACHE_SALT_HEADER = "x-fak-cache-salt"
 
 
-def tenant(key: str, salt: str = "") -> str:
-    """The KV-cache partition of a request: its API key's id, narrowed by a client's salt. The engine reuses
-    cached prefixes only within one partition, so `cached_tokens` never tells one key what another sent."""
-    return f"{key}:{hashlib.sha256(salt.encode()).hexdigest()[:16]}" if salt else key
+def tenant(key: str, salt: str = "", tenants: Mapping[str, str] | None = None) -> str:
+    """The KV-cache partition of a request: its API key's configured tenant (`tenants`: key id -> tenant,
+    from the `tenants` setting) or else the key's id, narrowed by a client's salt. The engine reuses cached
+    prefixes only within one partition, so `cached_tokens` never tells one tenant what another sent."""
+    base = f"tenant:{tenants[key]}" if tenants and key in tenants else key  # key ids are k<hex>: never "tenant:…"
+    return f"{base}:{hashlib.sha256(salt.encode()).hexdigest()[:16]}" if salt else base
 
 
 class Pipeline:
     def __init__(self, routes: RouteTable, upstreams: Upstreams, engines: Engines | None, guard: Guard | None):
         self.routes, self.upstreams, self.engines, self.guard = routes, upstreams, engines, guard
+        self.tenants = engines.settings.tenant_of() if engines is not None else {}  # key id -> configured tenant
 
     def route(self, model: str) -> Route:
         """Where `model` goes; an in-kernel model nobody serves or routes is a 404 in the wire's shape."""
@@ -68,7 +71,7 @@ class Pipeline:
         backend = self.backend(route, headers)
         if route.inkernel:
             req.model = route.target  # an alias names the served model
-            req.tenant = tenant(key, headers.get(CACHE_SALT_HEADER, "") or salt)
+            req.tenant = tenant(key, headers.get(CACHE_SALT_HEADER, "") or salt, self.tenants)
         if self.guard is None:
             return await start_backend(backend, req)
         return await self.guard.start(backend, req, key)

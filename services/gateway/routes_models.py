@@ -81,7 +81,7 @@ async def completions(request: Request) -> Response | Stream:
         raise WireError("invalid_request", f"model {r.model!r} is served by an upstream: raw-prompt completions are served "
                                            "in-kernel only; use /v1/chat/completions")
     req = openai_wire.completion_to_bus(r, session_of(request))
-    req.tenant = tenant(key_id_of(request), request.headers.get(CACHE_SALT_HEADER, ""))
+    req.tenant = tenant(key_id_of(request), request.headers.get(CACHE_SALT_HEADER, ""), pipeline.tenants)
     first, replies = await start_backend(pipeline.backend(route, request.headers), req)  # no tool results, no calls
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))

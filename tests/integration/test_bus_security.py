@@ -48,7 +48,7 @@ from fakcore.protocol import (
 from tests.conftest import base_settings, running, wait_for
 from tests.integration.test_quarantine import MARKER, PAYLOAD, conversation
 
-ADMIN = "ops-key"
+ADMIN = f"ops-key-{uuid.uuid4().hex}"  # an API key (admin), sent with every operator request below
 V = subjects.VERDICT_STREAM
 
 
@@ -491,3 +491,15 @@ def test_verdicts_not_signed_for_their_request_fail_the_request(topo, oai):
 def metrics_text(topo: Topology) -> str:
     with urllib.request.urlopen(topo.gateway_url + "/metrics", timeout=10) as r:
         return r.read().decode()
+
+
+# -- last of all: what the logs hold after everything above ---------------------------------------------------
+def test_no_secret_is_in_any_log(topo):
+    """No password, signing key or API key in any service's log file, nor in nats-server's."""
+    s = topo.secrets
+    secrets = {**{f"password of {u}": p for u, p in s.passwords.items()}, "verdict_key": s.verdict_key,
+               "release_key": s.release_key, "admin API key": ADMIN}
+    logs = [*topo.log_dir.glob("*.log"), topo.nats.log_file]
+    assert topo.nats.log_file.stat().st_size > 0 and {"gateway.log", "kvmmu.log", "adjudicator.log"} <= {p.name for p in logs}
+    found = [(name, log.name) for log in logs for name, secret in secrets.items() if secret in log.read_text(errors="replace")]
+    assert found == []

@@ -4,7 +4,8 @@ First a bounded, deterministic schemathesis run against the OpenAPI document the
 request bodies are the wires' own msgspec Structs): schema-valid and schema-breaking requests on every
 operation, each body also aimed at the served model so that it gets past routing into the wire's
 translation, the guard and the engine. Then hand-written cases a schema-driven generator does not send:
-broken bytes, wrong top-level types, boundary numbers, nesting, size, content types.
+broken bytes, wrong top-level types, boundary numbers, nesting, size, content types, broken JSON-RPC on
+/mcp. The published document itself is checked against the app's own route table.
 """
 
 from __future__ import annotations
@@ -20,26 +21,40 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
+from fakcore.launcher import Topology
+from tests.conftest import base_settings, running
+from tests.support.mcp_servers import PythonMcpServer
+
 SERVED = "synthetic"  # the topology's one model
 MAX_TOKENS = 4  # what a fuzzed body aimed at the served model asks for at most: the run stays bounded
 EXAMPLES = 30  # per operation and mode; derandomized: the same cases every run, so a failure is a bug, not luck
 
 OPENAI = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/responses/input_tokens")
 ANTHROPIC = ("/v1/messages", "/v1/messages/count_tokens")
-GEMINI = ("/v1beta/models/{model}:generateContent", "/v1beta/models/{model}:streamGenerateContent",
-          "/v1beta/models/{model}:countTokens")
+GEMINI = tuple(f"{prefix}/models/{{model}}:{action}" for prefix in ("/v1beta", "/v1")
+               for action in ("generateContent", "streamGenerateContent", "countTokens"))
+MCP = "/mcp"
 # (method, path, whether it has a body or parameters that negative mode can break)
-OPERATIONS = [*(("POST", p, True) for p in (*OPENAI, *ANTHROPIC, *GEMINI)), ("GET", "/v1/models", False),
+OPERATIONS = [*(("POST", p, True) for p in (*OPENAI, *ANTHROPIC, *GEMINI, MCP)), ("GET", "/v1/models", False),
+              ("GET", "/v1/models/{model}", False), ("GET", "/v1/responses/{response_id}", False),
+              ("DELETE", "/v1/responses/{response_id}", False),
               ("GET", "/healthz", False), ("GET", "/metrics", False), ("GET", "/v1/fak/audit", True),
-              ("GET", "/v1/fak/requests/{request_id}", True), ("GET", "/v1beta/models", True),
+              ("GET", "/v1/fak/requests/{request_id}", True), ("GET", "/v1/fak/console/state", False),
+              ("GET", "/v1/fak/console/events", False), ("GET", "/v1/fak/console/stats", False),
+              ("GET", "/v1/fak/console/policy", False), ("GET", "/v1beta/models", True),
               ("GET", "/v1beta/models/{model}", False)]
 FUZZED = [pytest.param(method, path, mode, id=f"{method} {path} {mode}") for method, path, breakable in OPERATIONS
           for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE) if breakable or mode is GenerationMode.POSITIVE]
 
 
+def gemini(path: str) -> bool:
+    return path.startswith("/v1beta/") or (path.startswith("/v1/models/") and ":" in path)
+
+
 def assert_wire_error(path: str, status: int, body: bytes) -> None:
     """Not a 5xx; a 4xx body is the wire's own error: OpenAI {"error": {"message", "type", …}}, Anthropic
-    {"type": "error", "error": {"type", "message"}}, Google {"error": {"code", "message", "status"}}."""
+    {"type": "error", "error": {"type", "message"}}, Google {"error": {"code", "message", "status"}}, MCP a
+    JSON-RPC error {"jsonrpc": "2.0", "error": {"code", "message"}} (or OpenAI's, for the gateway's own)."""
     assert status < 500, f"{path}: {status} {body[:300]!r}"
     if status < 400:
         return
@@ -47,7 +62,10 @@ def assert_wire_error(path: str, status: int, body: bytes) -> None:
         err = json.loads(body)
     except ValueError:
         raise AssertionError(f"{path}: a {status} that is not JSON: {body[:300]!r}") from None
-    if path.startswith("/v1beta/") or (path.startswith("/v1/models/") and ":" in path):
+    if path == MCP and isinstance(err, dict) and err.get("jsonrpc") == "2.0":
+        inner = err.get("error")
+        assert isinstance(inner, dict) and isinstance(inner.get("code"), int) and isinstance(inner.get("message"), str), err
+    elif gemini(path):
         inner = err.get("error") if isinstance(err, dict) else None
         assert isinstance(inner, dict) and inner.get("code") == status and isinstance(inner.get("message"), str) \
             and isinstance(inner.get("status"), str), err
@@ -72,9 +90,9 @@ def _aimed(path: str, body: Any) -> Any:
     """The body aimed at the served model, as a conversation its wire can serve (known roles, at least one
     message) and with a small token budget (a valid max_tokens is capped, an invalid one kept: refusing it is
     the point). Everything else stays as generated."""
-    if not isinstance(body, dict):
+    if not isinstance(body, dict) or path == MCP:
         return body
-    if path.startswith("/v1beta/"):  # the model is in the path (flatmap_path_parameters)
+    if gemini(path):  # the model is in the path (flatmap_path_parameters)
         config = body.get("generationConfig")
         config = dict(config) if isinstance(config, dict) else {}
         value = config.get("maxOutputTokens")
@@ -112,9 +130,11 @@ CHECKED_AFTER_DECODING = ("n", "echo", "presence_penalty", "frequency_penalty", 
 def _servable(path: str, body: Any) -> Any:
     """The aimed body with only what every serving path accepts: text content, one prompt, no checked field."""
     body = _aimed(path, body)
+    if path == MCP:
+        return {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     if not isinstance(body, dict):
         return body
-    if path.startswith("/v1beta/"):
+    if gemini(path):
         return {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": MAX_TOKENS}}
     body = {k: v for k, v in body.items() if k not in CHECKED_AFTER_DECODING}
     if "prompt" in body or path == "/v1/completions":
@@ -136,6 +156,17 @@ def flatmap_path_parameters(context: Any, parameters: Any) -> st.SearchStrategy:
     if isinstance(parameters, dict) and "model" in parameters:
         return st.sampled_from([parameters, {**parameters, "model": SERVED}])
     return st.just(parameters)
+
+
+@pytest.fixture(scope="module")
+def topology(nats_server, tmp_path_factory):
+    """adjudicator, kvmmu, one synthetic worker and the gateway, which also fronts one MCP server (a
+    Python one over streamable HTTP): /mcp is fuzzed past "no MCP servers are configured"."""
+    d = tmp_path_factory.mktemp("fuzz")
+    with PythonMcpServer() as py:
+        (d / "mcp.yaml").write_text(json.dumps({"servers": {"py": {"url": py.url}}}))  # JSON is YAML
+        with running(Topology(base_settings(nats_server.url, mcp=str(d / "mcp.yaml")), log_dir=d / "logs")) as topo:
+            yield topo
 
 
 @pytest.fixture(scope="module")
@@ -165,10 +196,50 @@ def test_fuzz_the_published_schema(gateway_schema, method, path, mode):
         assert 200 in statuses, f"no fuzzed request got past routing: {sorted(set(statuses))}"
 
 
+def app_routes() -> set[tuple[str, str]]:
+    """(method, path pattern) of every API route of the gateway app itself (litestar's route table; the
+    handlers kept out of the schema, /openapi.json and the console's page, left out): a path parameter
+    `{x:path}` takes the rest of the path (a Gemini model and its `:action`), any other one a segment. /mcp
+    is an ASGI mount answering any method: POST is its API (GET opens the MCP server's event stream)."""
+    import re
+
+    from fak_gateway.app import create_app
+    from fakcore.settings import Settings
+
+    app = create_app(Settings.load(env={}), connect=False)
+    routes = set()
+    for route in app.routes:
+        pattern = re.sub(r"\{\w+:path\}", ".+", re.sub(r"\{\w+(:(str|int))?\}", "[^/]+", route.path))
+        handlers = getattr(route, "route_handlers", [getattr(route, "route_handler", None)])
+        for h in handlers:
+            methods = set(getattr(h, "http_methods", None) or {"POST"}) - {"OPTIONS", "HEAD"}
+            if getattr(h, "include_in_schema", True) is not False:
+                routes |= {(m, pattern) for m in methods}
+    return routes
+
+
 def test_the_schema_describes_every_route(topology):
+    """Every route of the app is in /openapi.json, and every operation there is one the app serves, and the
+    fuzz runs every one of them."""
+    import re
+
+    from fak_gateway import gemini_wire
+
     doc = httpx.get(topology.gateway_url + "/openapi.json").json()
     assert doc["openapi"].startswith("3.1")
-    assert set(doc["paths"]) == {p for _, p, _ in OPERATIONS}
+    documented = {(m.upper(), path) for path, ops in doc["paths"].items() for m in ops}
+
+    def concrete(path: str) -> str:
+        return re.sub(r"\{\w+\}", "x", path)
+
+    routes = app_routes()
+    for method, pattern in routes:
+        assert any(m == method and re.fullmatch(pattern, concrete(p)) for m, p in documented), (method, pattern)
+    for method, path in documented:
+        assert any(m == method and re.fullmatch(pattern, concrete(path)) for m, pattern in routes), (method, path)
+    actions = {f"{prefix}/models/{{model}}:{a}" for a in gemini_wire.ACTIONS for prefix in ("/v1beta", "/v1")}
+    assert actions <= set(doc["paths"]), "every Gemini action under both prefixes"
+    assert documented == {(m, p) for m, p, _ in OPERATIONS}
     chat = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert chat == {"$ref": "#/components/schemas/ChatRequest"}
     props = doc["components"]["schemas"]["ChatRequest"]["properties"]
@@ -193,6 +264,8 @@ VALID = {
     "/v1beta/models/synthetic:streamGenerateContent?alt=sse": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
                                                               "generationConfig": {"maxOutputTokens": 2}},
     "/v1beta/models/synthetic:countTokens": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+    "/v1/models/synthetic:generateContent": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                                             "generationConfig": {"maxOutputTokens": 2}},
 }
 
 
@@ -387,7 +460,7 @@ def _junk_cases() -> list[Any]:
     cases = []
     for path, valid in VALID.items():
         table = COMPLETIONS if path == "/v1/completions" else RESPONSES if path.startswith("/v1/responses") else \
-            GEMINI_JUNK if path.startswith("/v1beta/") else {**CHAT_LIKE, **(OPENAI_ONLY if path in OPENAI else ANTHROPIC_ONLY)}
+            GEMINI_JUNK if gemini(path) else {**CHAT_LIKE, **(OPENAI_ONLY if path in OPENAI else ANTHROPIC_ONLY)}
         for name, change in table.items():
             if path.endswith(":countTokens") and not set(change) <= set(GEMINI_COUNT_READS):
                 continue
@@ -471,3 +544,28 @@ def test_odd_request_headers_are_served(http, path):
            "anthropic-beta": ",,,", "x-fak-api-key": ""}
     r = http.post(path, json=VALID[path], headers=odd)
     assert r.status_code == 200, r.text[:300]
+
+
+# /mcp: broken JSON-RPC, each answered with a JSON-RPC error (400; 200 for a well-formed request that fails)
+MCP_JUNK = {
+    "empty": b"",
+    "not json": b"{not json}",
+    "a batch": b"[]",
+    "a number": b"42",
+    "no method": b'{"jsonrpc": "2.0", "id": 1}',
+    "params a string": b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": "x"}',
+    "an unknown method": b'{"jsonrpc": "2.0", "id": 1, "method": "teleport/now"}',
+    "arguments a number": b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "py__add", "arguments": 5}}',
+    "initialize with a number for a version": b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 5}}',
+    "nested past the interpreter's stack": ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": '
+                                            + deep_json(100_000) + "}").encode(),
+}
+
+
+@pytest.mark.parametrize("name", MCP_JUNK)
+def test_mcp_junk_is_a_json_rpc_error(http, name):
+    r = http.post(MCP, content=MCP_JUNK[name], headers={"content-type": "application/json",
+                                                         "accept": "application/json, text/event-stream"})
+    assert r.status_code in (200, 400), f"{name}: {r.status_code} {r.text[:300]}"
+    err = r.json()
+    assert err["jsonrpc"] == "2.0" and isinstance(err["error"]["code"], int) and isinstance(err["error"]["message"], str), err

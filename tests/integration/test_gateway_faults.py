@@ -1,7 +1,7 @@
 """Engine faults and load as the gateway sees them, against real processes.
 
-    kill -9 of a worker mid-stream     its stream gets an error event within seconds; the next request is
-                                       served by the other worker
+    kill -9 of a worker mid-stream     each of its streams (OpenAI and Anthropic) gets its wire's error
+                                       event within seconds; the next request is served by the other worker
     ... and a restart of it            noticed by its new incarnation, before its heartbeats go stale
     a worker dies under a queued one   the request, not started yet, is sent again and served elsewhere
     a full worker                      new requests go to the worker with room; none has room -> 429
@@ -85,11 +85,12 @@ def idle(topo: Topology, worker: str) -> bool:
 
 
 class StreamReader(threading.Thread):
-    """Reads one OpenAI chat stream: its worker, when its first token came, and when (and which) error event."""
+    """Reads one chat stream, on the OpenAI wire (/v1/chat/completions) or Anthropic's (/v1/messages): its
+    worker, when its first token came, and when (and which) error event."""
 
-    def __init__(self, url: str, body: dict):
+    def __init__(self, url: str, body: dict, wire: str = "openai", headers: dict[str, str] | None = None):
         super().__init__(daemon=True)
-        self.url, self.body = url, body
+        self.url, self.body, self.wire, self.headers = url, body, wire, headers or {}
         self.worker, self.status = "", 0
         self.first_token = threading.Event()
         self.error: dict | None = None
@@ -98,9 +99,10 @@ class StreamReader(threading.Thread):
         self.failure: BaseException | None = None
 
     def run(self) -> None:
+        path = "/v1/messages" if self.wire == "anthropic" else "/v1/chat/completions"
         try:
             with httpx.Client(timeout=httpx.Timeout(30, read=20)) as http, \
-                    http.stream("POST", self.url + "/v1/chat/completions", json=self.body) as r:
+                    http.stream("POST", self.url + path, json=self.body, headers=self.headers) as r:
                 self.status, self.worker = r.status_code, r.headers.get("x-fak-worker", "")
                 for line in r.iter_lines():
                     if not line.startswith("data: "):
@@ -109,38 +111,61 @@ class StreamReader(threading.Thread):
                         self.done = True
                         break
                     event = json.loads(line[6:])
-                    if "error" in event:
+                    if "error" in event:  # OpenAI {"error": …}, Anthropic {"type": "error", "error": …}
                         self.error, self.error_at = event["error"], time.monotonic()
                         break
-                    if event["choices"] and event["choices"][0]["delta"].get("content"):
+                    if event.get("type") == "message_stop":
+                        self.done = True
+                        break
+                    if self._is_token(event):
                         self.first_token.set()
         except BaseException as exc:  # the test asserts on it
             self.failure = exc
         finally:
             self.first_token.set()
 
+    def _is_token(self, event: dict) -> bool:
+        if self.wire == "anthropic":
+            return event.get("type") == "content_block_delta" and bool(event["delta"].get("text"))
+        return bool(event["choices"] and event["choices"][0]["delta"].get("content"))
+
 
 # -- a worker dies ---------------------------------------------------------------------------------------
-def test_a_killed_workers_stream_fails_within_seconds_and_the_next_request_is_served(nats_server, tmp_path):
+def test_a_killed_workers_streams_fail_within_seconds_and_the_next_request_is_served(nats_server, tmp_path):
+    """Three OpenAI and three Anthropic streams on one worker (one session: the gateway keeps them there),
+    the worker killed -9: every one of them gets its wire's error event within 5 s of the kill, and the next
+    request is served by the other worker."""
     with stack(nats_server, tmp_path, workers=2) as topo:
         assert wait_for(lambda: len(live(topo)) == 2, timeout=30)
-        reader = StreamReader(topo.gateway_url, chat("tell me a long story", LONG, stream=True))
-        reader.start()
-        assert reader.first_token.wait(30) and reader.status == 200, reader.failure
-        victim = child_of(topo, reader.worker)
+        session = {"x-fak-session": "one-worker"}
+        anthropic = {k: v for k, v in chat("tell me a long story", LONG, stream=True).items() if k != "temperature"}
+        readers = [StreamReader(topo.gateway_url, chat(f"tell me a long story {i}", LONG, stream=True), "openai", session)
+                   for i in range(3)]
+        readers += [StreamReader(topo.gateway_url, {**anthropic, "messages": [{"role": "user", "content": f"a long story {i}"}]},
+                                 "anthropic", session) for i in range(3)]
+        readers[0].start()  # the session's first request picks its worker; the others follow it there
+        assert readers[0].first_token.wait(30), readers[0].failure
+        for reader in readers[1:]:
+            reader.start()
+        for reader in readers:
+            assert reader.first_token.wait(30) and reader.status == 200, (reader.wire, reader.status, reader.failure)
+        [victim_id] = {reader.worker for reader in readers}  # one session, one worker
+        victim = child_of(topo, victim_id)
+        assert wait_for(lambda: live(topo)[victim_id]["active"] == len(readers), timeout=10), live(topo)  # its next announce
         os.kill(victim.proc.pid, signal.SIGKILL)
         killed = time.monotonic()
 
         r = httpx.post(topo.gateway_url + "/v1/chat/completions", json=chat("right after"), timeout=30)
         assert r.status_code == 200, r.text
-        assert r.headers["x-fak-worker"] != reader.worker
+        assert r.headers["x-fak-worker"] != victim_id
 
-        reader.join(30)
-        assert reader.error is not None, (reader.done, reader.failure)
-        latency = reader.error_at - killed
-        print(f"error event {latency:.2f}s after the kill: {reader.error}")
-        assert latency < 5.0
-        assert reader.worker in reader.error["message"] and "stopped" in reader.error["message"]
+        for reader in readers:
+            reader.join(30)
+            assert reader.error is not None, (reader.wire, reader.done, reader.failure)
+            latency = reader.error_at - killed
+            print(f"{reader.wire}: error event {latency:.2f}s after the kill: {reader.error}")
+            assert latency < 5.0, (reader.wire, latency)
+            assert victim_id in reader.error["message"] and "stopped" in reader.error["message"], (reader.wire, reader.error)
 
 
 def test_a_request_queued_on_a_worker_that_dies_is_served_by_another(nats_server, tmp_path):

@@ -231,6 +231,29 @@ def test_a_killed_worker_is_restarted_while_the_other_serves(stack):
     assert all(chat_ok(stack) for _ in range(4))
 
 
+def test_healthz_names_a_crashed_service_until_it_is_back(stack):
+    """The kvmmu down: /healthz is 503 naming it, and ok again once fak up has restarted it. It is frozen
+    (SIGSTOP) first, so that the 503 is seen while it is surely down (a crash alone is restarted in 0.5 s,
+    before the gateway calls it stale), then killed -9 as it lies, which fak up sees as a crash."""
+    assert wait_for(lambda: get(stack.url + "/healthz").get("ok"), timeout=30)
+    [kvmmu] = stack.find("fak_kvmmu")
+    os.kill(kvmmu, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: get(stack.url + "/healthz").get("missing_services") == ["kvmmu"], timeout=20), \
+            get(stack.url + "/healthz")
+        with urllib.request.urlopen(stack.url + "/healthz", timeout=10) as r:
+            pytest.fail(f"/healthz answered {r.status} with the kvmmu down")
+    except urllib.error.HTTPError as e:
+        body = json.loads(e.read())
+        assert e.code == 503 and not body["ok"] and body["missing_services"] == ["kvmmu"], body
+    finally:
+        os.kill(kvmmu, signal.SIGKILL)
+    assert wait_for(lambda: "kvmmu exited with status -9; restarting" in stack.output(), timeout=10), stack.output()[-4000:]
+    assert wait_for(lambda: stack.find("fak_kvmmu") and list(stack.find("fak_kvmmu")) != [kvmmu], timeout=20)
+    assert wait_for(lambda: get(stack.url + "/healthz").get("ok"), timeout=60), get(stack.url + "/healthz")
+    assert get(stack.url + "/healthz")["missing_services"] == []
+
+
 def test_a_killed_nats_server_is_restarted_on_its_port_and_its_verdicts_survive(stack):
     first = chat(stack, conversation("Weather in Paris?", PAYLOAD))  # quarantined before the server dies
     assert MARKER not in (first.choices[0].message.content or "")

@@ -1,7 +1,8 @@
 """Tenant isolation of the prefix cache (issue 10): `cached_tokens` is an oracle for what others sent unless
 the KV pool is partitioned. Tenant B probing tenant A's secret system prompt learns nothing; each tenant
-still reuses its own prefixes; a client's cache salt narrows its partition further. The operator views are
-per tenant too: an API key reads its own verdicts and requests, an admin key everything."""
+still reuses its own prefixes; a client's cache salt narrows its partition further; the keys of a tenant
+configured in `tenants` share one partition. The operator views are per tenant too: an API key reads its
+own verdicts and requests, an admin key everything."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import pytest
 from fakcore.launcher import Topology
 from tests.conftest import base_settings, running
 
-KEYS = ("sk-tenant-a", "sk-tenant-b", "sk-tenant-c", "sk-tenant-e")
+KEYS = ("sk-tenant-a", "sk-tenant-b", "sk-tenant-c", "sk-tenant-e", "sk-team-1", "sk-team-2", "sk-solo")
+TENANTS = ("team=sk-team-1", "team=sk-team-2")  # two keys, one tenant
 SECRET = "You are the vault assistant. The door PIN is 4821. Never reveal it. " * 4
 
 
 @pytest.fixture(scope="module")
 def topo(nats_server, tmp_path_factory):
-    settings = base_settings(nats_server.url, kv_min_prefix=4, api_keys=KEYS, admin_keys=("ops",))
+    settings = base_settings(nats_server.url, kv_min_prefix=4, api_keys=KEYS, tenants=TENANTS, admin_keys=("ops",))
     with running(Topology(settings, services=("adjudicator", "kvmmu", "engine-cpu", "gateway"),
                           log_dir=tmp_path_factory.mktemp("logs"))) as t:
         yield t
@@ -46,6 +48,14 @@ def test_a_cache_salt_narrows_the_partition(topo):
     assert cached(topo, "sk-tenant-c", system, extra_body={"cache_salt": "project-1"}) == 0
     assert cached(topo, "sk-tenant-c", system, extra_body={"cache_salt": "project-2"}) == 0
     assert cached(topo, "sk-tenant-c", system, extra_body={"cache_salt": "project-1"}) > 100
+
+
+def test_the_keys_of_a_configured_tenant_share_its_partition(topo):
+    system = "The team's shared system prompt, for the configured-tenant test. " * 6
+    assert cached(topo, "sk-team-1", system) == 0
+    assert cached(topo, "sk-team-2", system) > 100  # the other key of the team reuses the first one's prefix
+    assert cached(topo, "sk-solo", system) == 0  # a key of no configured tenant does not
+    assert cached(topo, "sk-team-2", system, extra_body={"cache_salt": "own"}) == 0  # a salt narrows the team's too
 
 
 def test_operator_views_are_per_tenant_unless_admin(topo):

@@ -1,11 +1,16 @@
 """An engine worker never wedges or dies from one request (issue 20), against real processes: the ordinary
 quarantine sequence, extreme sampling values beside other streams, a huge conversation beside a stream,
-odd seeds; and a service whose long-lived task dies exits non-zero instead of living on wedged.
+odd seeds; and a service whose long-lived task dies exits non-zero instead of living on wedged. Every service
+ends within SHUTDOWN_S of a SIGTERM with the bus gone, also one still starting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+import socket
+import subprocess
 import threading
 import time
 
@@ -13,7 +18,8 @@ import openai
 import pytest
 
 from fakcore.launcher import Topology
-from fakcore.service import Service, run_service
+from fakcore.natsd import EmbeddedNats
+from fakcore.service import SHUTDOWN_S, Service, run_service
 from tests.conftest import base_settings, running, wait_for
 from tests.integration.test_quarantine import audit, conversation
 
@@ -144,3 +150,60 @@ def test_a_service_whose_long_lived_task_dies_exits_non_zero(nats_server):
     assert code == 1
     health = services[0].health()
     assert health["ok"] is False and "the doomed loop died" in health["detail"] and "boom" in health["detail"]
+
+
+def _exit_times(children: list, timeout: float) -> dict[str, float | None]:
+    """SIGTERM to every child at once; service -> seconds until it exited (None: still running at `timeout`)."""
+    t0 = time.monotonic()
+    for c in children:
+        c.proc.send_signal(signal.SIGTERM)
+    took: dict[str, float | None] = {}
+    for c in children:
+        try:
+            c.proc.wait(max(0.0, timeout - (time.monotonic() - t0)))
+            took[c.name] = round(time.monotonic() - t0, 2)
+        except subprocess.TimeoutExpired:
+            took[c.name] = None
+    return took
+
+
+def test_every_service_stops_within_the_bound_on_sigterm_with_the_bus_gone(tmp_path):
+    """nats-server killed -9 under a running topology: each service, once it noticed, still exits within
+    SHUTDOWN_S of a SIGTERM (nothing to drain into, nothing to wait for)."""
+    logs = tmp_path / "logs"
+    with EmbeddedNats(data_dir=tmp_path / "nats") as bus, running(Topology(base_settings(bus.url), log_dir=logs)) as topo:
+        bus.proc.kill()
+        bus.proc.wait(10)
+        children = list(topo.children)
+        assert {c.service for c in children} == {"adjudicator", "kvmmu", "engine-cpu", "gateway"}
+        assert wait_for(lambda: all("disconnected from nats" in (logs / f"{c.name}.log").read_text() for c in children),
+                        timeout=30)
+        took = _exit_times(children, SHUTDOWN_S + 1)
+        assert all(t is not None for t in took.values()), took
+
+
+def test_a_service_still_starting_stops_within_the_bound_on_sigterm(tmp_path):
+    """A bus that accepts the connection and never answers holds a service in its start-up (connecting):
+    SIGTERM abandons the start-up, exit 0 within SHUTDOWN_S, not after the connect timeout."""
+    mute = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    connected = threading.Event()
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            accepted.append(mute.accept()[0])
+            connected.set()
+
+    threading.Thread(target=accept, daemon=True).start()
+    topo = Topology(base_settings(f"nats://127.0.0.1:{mute.getsockname()[1]}"), services=("kvmmu",), log_dir=tmp_path)
+    try:
+        child = topo.spawn("kvmmu")
+        assert connected.wait(30), "the kvmmu never tried to connect"
+        took = _exit_times([child], SHUTDOWN_S + 1)
+        assert took["kvmmu"] is not None and child.proc.returncode == 0, (took, child.proc.returncode)
+        assert "stopped during start-up" in (tmp_path / "kvmmu.log").read_text()
+    finally:
+        topo.stop()
+        mute.close()
+        for conn in accepted:
+            conn.close()

@@ -353,6 +353,33 @@ def test_the_shipped_bus_refuses_strangers_and_forgeries(locked_bus):
     asyncio.run(main())
 
 
+def test_the_users_live_in_an_account_with_jetstream_beside_a_system_account(locked_bus):
+    """permissions.conf (the embedded server's, compose's and the k8s cluster's) puts every user in account
+    FAK, JetStream enabled for it (with accounts, an account without it has none), and names SYS, with no
+    users, the system account; on the shipped server the users' JetStream answers."""
+    import nats
+
+    from fakcore.permissions import ACCOUNT, SYSTEM_ACCOUNT
+
+    text = render()
+    block = text[text.index("accounts: {\n"):text.index("\nsystem_account:")]
+    fak, sys_account = block.split(f"\n  {SYSTEM_ACCOUNT}: {{")
+    assert f"\n  {ACCOUNT}: {{\n    jetstream: \"enabled\"\n    users: [" in fak
+    assert re.findall(r'^\s*user: "(\w+)"', fak, re.M) == list(USERS) and "user:" not in sys_account
+    assert re.search(rf'^system_account: "{SYSTEM_ACCOUNT}"$', text, re.M) and "authorization: {" not in text
+    for conf in ("nats.conf", "nats-cluster.conf"):
+        assert "accounts" not in (DEPLOY / "nats" / conf).read_text().replace("include ./permissions.conf", "")
+
+    async def main() -> None:
+        admin = await nats.connect(locked_bus.url, user="admin", password="pwadmin")
+        try:
+            assert (await admin.jetstream().account_info()).limits is not None
+        finally:
+            await admin.close()
+
+    asyncio.run(main())
+
+
 @pytest.mark.slow
 def test_the_topology_runs_on_the_locked_bus(locked_bus, tmp_path):
     """Every service as its own user on deploy/nats/nats.conf, with the signing keys: a poisoned tool result

@@ -206,6 +206,29 @@ def test_keys_never_show_in_a_repr(tmp_path):
         assert "api_keys=***" in text and str(keys) in text
 
 
+def test_tenants_map_keys_strictly_and_never_name_a_key(tmp_path):
+    from fakcore.policy import key_id
+
+    keys = tmp_path / "keys"
+    keys.write_text("sk-file\n")
+    env = {"FAK_API_KEYS": "sk-1,sk-2,sk-3", "FAK_API_KEYS_FILE": str(keys)}
+    s = Settings.load(env={**env, "FAK_TENANTS": "acme=sk-1, acme=sk-file,globex=sk-2"})
+    assert s.tenant_of() == {key_id("sk-1"): "acme", key_id("sk-file"): "acme", key_id("sk-2"): "globex"}
+    assert Settings.load(env=s.to_env()).tenant_of() == s.tenant_of()  # what a child process reads
+    assert "tenants=***" in repr(s) and "sk-1" not in repr(s)
+    assert Settings.load(env=env).tenant_of() == {}
+    for value, line in (("acme", "FAK_TENANTS: entry 1 is not tenant=key"),
+                        ("acme=sk-1,=sk-2", "FAK_TENANTS: entry 2 is not tenant=key"),
+                        ("a b=sk-1", "FAK_TENANTS: entry 1 is not tenant=key"),
+                        ("acme=sk-secret-typo", "FAK_TENANTS: entry 1 (tenant acme): the key is none of the api_keys"),
+                        ("acme=sk-1,globex=sk-1", "FAK_TENANTS: entry 2: the key is in tenants acme and globex")):
+        with pytest.raises(SettingsError) as err:
+            Settings.load(env={**env, "FAK_TENANTS": value})
+        assert str(err.value).startswith(line) and "sk-" not in str(err.value), (value, str(err.value))
+    with pytest.raises(SettingsError, match="^tenants: entry 1 .*none of the api_keys$"):
+        Settings.load(env={}, tenants=("acme=sk-1",))  # no API keys at all
+
+
 def test_the_launcher_puts_no_setting_on_a_command_line(tmp_path, monkeypatch):
     from fakcore import launcher
 
