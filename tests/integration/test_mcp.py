@@ -304,7 +304,9 @@ async def test_a_poisoned_description_is_hidden_and_audited(topo, py_server):
     assert r.is_error and "py__lookup_note is not available: its description was quarantined" in text_of(r)
     assert "lookup_note" not in [name for name, _ in py_server.calls]
     records = wait_for(lambda: [x for x in audit(topo, kind="result") if x["tool"] == "py__lookup_note"])
-    assert records and {x["outcome"] for x in records} == {"quarantine"} and any(x["stage"] != "cache" for x in records)
+    # screened here, or (the session's bus already holds the verdict: another module's gateway listed the same
+    # server) applied from the verdict stream: audited either way, as a quarantine of the py server's tool
+    assert records and {x["outcome"] for x in records} == {"quarantine"}
     assert {x["server"] for x in records} == {"py"}
 
 
