@@ -38,6 +38,7 @@ NOT_SETTINGS = frozenset({
 })
 NOT_SETTINGS_PREFIXES = ("FAK_TEST_",)  # the tests' own variables: process tags, upstream keys in routes files
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
+KEYS_FILES = ("api_keys", "admin_keys", "tenants")  # settings that may also come from a `<name>_file`, one a line
 SECRETS = frozenset({"api_keys", "admin_keys", "tenants", "nats_password", "verdict_key", "release_key"})  # masked in repr; only ever in the environment
 
 
@@ -68,7 +69,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     models: Annotated[tuple[str, ...], _doc("Models the gateway routes (comma separated). Default: the served `model`. Each in-kernel one needs a live worker before /healthz reports ready.")] = ()
     api_keys: Annotated[tuple[str, ...], _doc("Gateway API keys (comma separated), added to those in `api_keys_file`. None at all: no key is required. Prefer the variable or the file: a flag shows in `ps`.")] = ()
     api_keys_file: Annotated[str, _doc("A file of gateway API keys, one a line (blank lines and `#` comments ignored), read at start-up; child processes get the path, not the keys. Missing, unreadable or empty: an error.")] = ""
-    tenants: Annotated[tuple[str, ...], _doc("Tenants of several API keys: `tenant=key` entries, comma separated (`acme=sk-1,acme=sk-2`). A tenant's keys share its KV-cache partition (prefix reuse, `cached_tokens`); a key in no entry is a tenant of its own. A tenant is letters, digits, `_`, `.`, `-`; every key one of `api_keys`, in one tenant only. Holds keys: prefer the variable to the flag.")] = ()
+    tenants: Annotated[tuple[str, ...], _doc("Tenants of several API keys: `tenant=key` entries, comma separated (`acme=sk-1,acme=sk-2`). A tenant's keys share its KV-cache partition (prefix reuse, `cached_tokens`) and read each other's records in the operator views (audit, requests, console); a key in no entry is a tenant of its own. A tenant is letters, digits, `_`, `.`, `-`; every key one of `api_keys`, in one tenant only. Holds keys: prefer the variable to the flag.")] = ()
+    tenants_file: Annotated[str, _doc("A file of `tenant=key` entries, one a line (blank lines and `#` comments ignored), added to `tenants`, read at start-up; child processes get the path, not the keys. Missing, unreadable or empty: an error.")] = ""
     max_body_bytes: Annotated[int, _doc("Largest request body the gateway accepts, in bytes (413 above it).")] = 4 * 1024 * 1024
     ack_timeout_s: Annotated[float, _doc("How long the gateway waits for an engine worker to accept a request before failing it (503).")] = 5.0
     idle_timeout_s: Annotated[float, _doc("Longest silence between two streamed engine messages before the request fails (504).")] = 120.0
@@ -124,6 +126,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # -- not settings: filled by `load` (no variable, no flag) ----------------------------------------
     _api_keys_from_file: tuple[str, ...] = ()  # the part of `api_keys` read from `api_keys_file`
     _admin_keys_from_file: tuple[str, ...] = ()  # the part of `admin_keys` read from `admin_keys_file`
+    _tenants_from_file: tuple[str, ...] = ()  # the part of `tenants` read from `tenants_file`
 
     # ------------------------------------------------------------------------------------------------
     def tenant_of(self) -> dict[str, str]:
@@ -162,7 +165,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         env = {}
         for field in setting_fields():
             value = getattr(self, field.name)
-            if field.name in ("api_keys", "admin_keys"):
+            if field.name in KEYS_FILES:
                 from_file = getattr(self, f"_{field.name}_from_file")
                 value = tuple(k for k in value if k not in from_file)
             env[ENV_PREFIX + field.name.upper()] = ",".join(value) if isinstance(value, tuple) else str(value)
@@ -202,14 +205,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         _check_tls_files(raw, where)
         if raw.get("sampling"):
             sampling_defaults(raw["sampling"], where["sampling"])
-        for name in ("api_keys", "admin_keys"):
+        for name in KEYS_FILES:
             path = raw.get(f"{name}_file", "")
             if path:
-                from_file = read_keys_file(path, where[f"{name}_file"])
+                from_file = read_keys_file(path, where[f"{name}_file"], "entry" if name == "tenants" else "key")
                 raw[f"_{name}_from_file"] = from_file
                 raw[name] = tuple(dict.fromkeys((*from_file, *raw.get(name, ()))))  # file first: to_env round-trips
         if raw.get("tenants"):
-            tenant_map(raw["tenants"], raw.get("api_keys", ()), where["tenants"])
+            files = f"{where['tenants_file']}={raw['tenants_file']}" if raw.get("tenants_file") else ""
+            if files:  # its entries numbered as in the file
+                tenant_map(raw["_tenants_from_file"], raw.get("api_keys", ()), files)
+            given = " + ".join(filter(None, (files, where.get("tenants", ""))))  # both: numbered file first
+            tenant_map(raw["tenants"], raw.get("api_keys", ()), given)
         try:
             return msgspec.convert(raw, cls, strict=False)
         except msgspec.ValidationError as exc:
@@ -284,15 +291,15 @@ def parse_bytes(text: str) -> int:
     return int(size * units[unit])
 
 
-def read_keys_file(path: str, where: str) -> tuple[str, ...]:
-    """The keys in a keys file: one a line; blank lines and lines starting with # are skipped."""
+def read_keys_file(path: str, where: str, what: str = "key") -> tuple[str, ...]:
+    """The keys (or `tenant=key` entries) in a keys file: one a line; blank lines and lines starting with # are skipped."""
     try:
         lines = Path(path).expanduser().read_text().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise SettingsError(f"{where}={path}: cannot read the keys file ({exc.strerror or exc})") from exc
     keys = tuple(dict.fromkeys(s for s in (line.strip() for line in lines) if s and not s.startswith("#")))
     if not keys:
-        raise SettingsError(f"{where}={path}: the keys file holds no key")
+        raise SettingsError(f"{where}={path}: the keys file holds no {what}")
     return keys
 
 

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict, deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import nats
@@ -19,6 +19,9 @@ from nats.js.api import DeliverPolicy
 
 from fak_gateway.context_filter import GatewayConsumer
 from fakcore.protocol import Decoders, GenerateRequest, receipt_id, subjects
+
+if TYPE_CHECKING:
+    from fak_gateway.handling import Viewer
 
 log = logging.getLogger("fak.gateway.audit")
 
@@ -32,6 +35,7 @@ class AuditView:
         self.records: deque[dict[str, Any]] = deque(maxlen=capacity)
         self.requests: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.request_capacity = requests
+        self.receipts: OrderedDict[str, list[str]] = OrderedDict()  # block id -> its eviction receipts' ids, newest blocks last
         self.on_eviction: Any = lambda receipt: None
         self._subs: list[Any] = []
 
@@ -59,16 +63,22 @@ class AuditView:
             log.warning("undecodable eviction receipt: %s", exc)
             return
         owner = self.requests.get(r.request_id, {}).get("key_id", "")  # whose request's span it was
+        rid = receipt_id(r.worker, r.sequence, r.digest_before, r.digest_after)
         self.records.append({"kind": "eviction", "outcome": "evicted", "key_id": owner, **msgspec.to_builtins(r),
-                             "receipt_id": receipt_id(r.worker, r.sequence, r.digest_before, r.digest_after)})
+                             "receipt_id": rid})
+        for block in r.blocks:
+            self.receipts.setdefault(block, []).append(rid)
+            self.receipts.move_to_end(block)
+        while len(self.receipts) > (self.records.maxlen or 0):
+            self.receipts.popitem(last=False)
         self.on_eviction(r)
 
     def query(self, *, request_id: str = "", session: str = "", kind: str = "", block: str = "", limit: int = 100,
-              tenant: str | None = None) -> list[dict]:
-        """Newest first. `tenant`: only the records of that API key id (None: an operator's view of all)."""
+              tenant: Viewer | None = None) -> list[dict]:
+        """Newest first. `tenant`: only the records that tenant may read (None: an operator's view of all)."""
         out = []
         for r in reversed(self.records):
-            if tenant is not None and r.get("key_id") != tenant:
+            if tenant is not None and not tenant.sees(r):
                 continue
             if request_id and r.get("request_id") != request_id:
                 continue

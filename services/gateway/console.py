@@ -32,7 +32,7 @@ from litestar.response import Stream
 
 from fak_gateway.audit_view import AuditView
 from fak_gateway.errors import WireError
-from fak_gateway.handling import State, state_of, viewer
+from fak_gateway.handling import State, Viewer, sees, state_of, viewer
 from fakcore.policy.store import load_set
 from fakcore.protocol import WINDOW_CHARS, GenerateDone
 
@@ -93,12 +93,12 @@ def workers(state: State) -> list[dict[str, Any]]:
             for w in (engines.live_workers() if engines else [])]
 
 
-def snapshot(state: State, tenant: str | None) -> dict[str, Any]:
+def snapshot(state: State, tenant: Viewer | None) -> dict[str, Any]:
     records = state.audit.query(limit=SNAPSHOT_RECORDS, tenant=tenant)
-    requests = [r for r in reversed(state.audit.requests.values()) if tenant is None or r.get("key_id") == tenant]
+    requests = [r for r in reversed(state.audit.requests.values()) if sees(tenant, r)]
     body = {"records": [shown_record(r) for r in records], "requests": [shown_request(r) for r in requests[:SNAPSHOT_REQUESTS]],
-            "done": [d for d in reversed(throughput(state).done) if tenant is None or d["key_id"] == tenant][:SNAPSHOT_REQUESTS],
-            "workers": workers(state), "tenant": tenant}
+            "done": [d for d in reversed(throughput(state).done) if sees(tenant, d)][:SNAPSHOT_REQUESTS],
+            "workers": workers(state), "tenant": None if tenant is None else tenant.tenant}
     if tenant is None:  # how much is quarantined overall is the operator's to know
         body["quarantined_blocks"] = len(state.filter.quarantined)
     return body
@@ -124,7 +124,7 @@ class Throughput:
                           "prompt_tokens": done.usage.prompt_tokens, "completion_tokens": done.usage.completion_tokens,
                           "finish_reason": done.finish_reason, "worker": done.receipt.worker})
 
-    def summary(self, tenant: str | None, now: float | None = None) -> dict[str, Any]:
+    def summary(self, tenant: Viewer | None, now: float | None = None) -> dict[str, Any]:
         """Per model, one point per bucket of the last WINDOW_S: completion tokens/s and mean latency."""
         now = time.time() if now is None else now
         first = int((now - WINDOW_S) // BUCKET_S)
@@ -132,7 +132,7 @@ class Throughput:
         models: dict[str, dict[str, Any]] = {}
         for d in self.done:
             i = int(d["ts"] // BUCKET_S) - first
-            if not 0 <= i < n or (tenant is not None and d["key_id"] != tenant):
+            if not 0 <= i < n or not sees(tenant, d):
                 continue
             m = models.setdefault(d["model"], {"tokens": [0] * n, "latency": [[] for _ in range(n)], "requests": 0})
             m["tokens"][i] += d["completion_tokens"]
@@ -191,21 +191,21 @@ class Cursor:
         self.workers: list[dict[str, Any]] = workers(state)
         self.quarantined = len(state.filter.quarantined)
 
-    def poll(self, tenant: str | None) -> list[tuple[str, Any]]:
+    def poll(self, tenant: Viewer | None) -> list[tuple[str, Any]]:
         audit, events = self.state.audit, []
         records = newer(reversed(audit.records), self.record)
         if records:
             self.record = records[-1]
-        events += [("record", shown_record(r)) for r in records if tenant is None or r.get("key_id") == tenant]
+        events += [("record", shown_record(r)) for r in records if sees(tenant, r)]
         ids = newer(reversed(audit.requests), self.request)
         if ids:
             self.request = ids[-1]
         found = (audit.requests.get(i) for i in ids)
-        events += [("request", shown_request(r)) for r in found if r and (tenant is None or r.get("key_id") == tenant)]
+        events += [("request", shown_request(r)) for r in found if r and sees(tenant, r)]
         done = newer(reversed(throughput(self.state).done), self.done)
         if done:
             self.done = done[-1]
-        events += [("done", d) for d in done if tenant is None or d["key_id"] == tenant]
+        events += [("done", d) for d in done if sees(tenant, d)]
         now = workers(self.state)
         if now != self.workers:
             self.workers = now
@@ -221,7 +221,7 @@ def sse(event: str, data: Any) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + msgspec.json.encode(data) + b"\n\n"
 
 
-async def stream_events(state: State, tenant: str | None) -> AsyncIterator[bytes]:
+async def stream_events(state: State, tenant: Viewer | None) -> AsyncIterator[bytes]:
     cursor = Cursor(state)  # before the snapshot: nothing falls between the two
     yield sse("snapshot", snapshot(state, tenant))
     quiet = time.monotonic()

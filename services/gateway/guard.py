@@ -295,7 +295,7 @@ class Guard:
         if not notes:
             return {}
         out = {"x-fak-quarantined": ",".join(f"{b};action={a};detector={d or 'screening'}" for b, a, d in notes)}
-        receipts = list(dict.fromkeys(r["receipt_id"] for b, _, _ in notes for r in self.audit.query(kind="eviction", block=b)))
+        receipts = list(dict.fromkeys(rid for b, _, _ in notes for rid in self.audit.receipts.get(b, ())))
         if receipts:
             out["x-fak-eviction-receipts"] = ",".join(receipts)
         return out

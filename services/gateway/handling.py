@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Request, Response
@@ -91,14 +92,35 @@ def api_key(request: Request) -> str:
             or request.query_params.get("key") or "")
 
 
-def viewer(request: Request, settings: Settings) -> str | None:
-    """Who reads an operator view: None for an admin key (everything), else the key id of a gateway API key
-    (its own tenant's records only). Without either the view is refused."""
+@dataclass(frozen=True)
+class Viewer:
+    """A tenant reading an operator view: its name (the configured tenant, else its key's id) and the key
+    ids whose records it sees (every key of a `tenants` entry, else its own)."""
+
+    tenant: str
+    key_ids: frozenset[str]
+
+    def sees(self, record: dict[str, Any]) -> bool:
+        return record.get("key_id") in self.key_ids
+
+
+def sees(viewer: Viewer | None, record: dict[str, Any]) -> bool:
+    """Whether `viewer` (None: an operator) may read `record` (an audit or request record)."""
+    return viewer is None or viewer.sees(record)
+
+
+def viewer(request: Request, settings: Settings) -> Viewer | None:
+    """Who reads an operator view: None for an admin key (everything), else the tenant of a gateway API key
+    (its tenant's records only: those of every key of that tenant). Without either the view is refused."""
     key = request.headers.get("x-fak-admin-key") or api_key(request)
     if settings.admin_keys and key in settings.admin_keys:
         return None
     if settings.api_keys and key in settings.api_keys:
-        return key_id(key)
+        tenants = settings.tenant_of()
+        mine = key_id(key)
+        if mine not in tenants:
+            return Viewer(mine, frozenset((mine,)))
+        return Viewer(tenants[mine], frozenset(k for k, t in tenants.items() if t == tenants[mine]))
     if not settings.admin_keys and not settings.api_keys:
         raise WireError("permission", "operator endpoints are disabled: set FAK_ADMIN_KEYS (or FAK_API_KEYS for "
                                       "per-tenant views)")
@@ -135,12 +157,12 @@ async def proxied(state: State, request: Request, wire: str, route: str, call: C
     return Response(p.body, status_code=p.status, headers=p.headers, media_type=p.media_type)
 
 
-def receipt_headers(first: Accepted, state: State | None = None) -> dict[str, str]:
-    """Who served the request, and (with `state`) what the boundary did to its tool results."""
+def receipt_headers(first: Accepted, state: State) -> dict[str, str]:
+    """Who served the request, and what the boundary did to its tool results."""
     r = first.receipt
     out = {"x-fak-engine": r.engine, "x-fak-worker": r.worker, "x-fak-backend": r.backend,
            "x-fak-weights-digest": r.weights_digest}
-    guard = state.pipeline.guard if state is not None and state.pipeline is not None else None
+    guard = state.pipeline.guard if state.pipeline is not None else None
     if guard is not None:
         out.update(guard.quarantine_headers(first.request_id))
     return out

@@ -11,6 +11,7 @@ from litestar import Request, Response, get
 
 from fak_gateway.errors import WireError
 from fak_gateway.handling import (
+    sees,
     served_models,
     state_of,
     viewer,
@@ -83,6 +84,6 @@ def request_context(request: Request, request_id: str) -> Response:
     state = state_of(request)
     tenant = viewer(request, state.settings)
     found = state.audit.requests.get(request_id)
-    if found is None or (tenant is not None and found.get("key_id") != tenant):  # another tenant's: not there
+    if found is None or not sees(tenant, found):  # another tenant's: not there
         raise WireError("not_found", f"request {request_id!r} is not among this gateway's recent requests")
     return Response(found)

@@ -206,7 +206,7 @@ def test_fak_up_runs_the_stack_on_tls_with_client_certificates(pki, tmp_path):
             assert child["FAK_NATS_URL"] == url and child["FAK_NATS_TLS_CA"] == pki.ca
             assert child["FAK_NATS_TLS_CERT"] == pki.client.cert and child["FAK_NATS_TLS_SERVER_KEY"] == ""
         conf = (tmp_path / "data" / "auth" / "nats.conf").read_text()
-        assert "authorization" in conf and "verify: true" in conf  # locked and TLS, both
+        assert "\naccounts: " in conf and "verify: true" in conf  # locked (users in accounts) and TLS, both
 
         # the admin password alone does not get in: the server wants the certificate too
         admin = BusSecrets.load(tmp_path / "data" / "auth").passwords["admin"]

@@ -229,6 +229,25 @@ def test_tenants_map_keys_strictly_and_never_name_a_key(tmp_path):
         Settings.load(env={}, tenants=("acme=sk-1",))  # no API keys at all
 
 
+def test_tenants_come_from_a_file_too_and_a_child_gets_only_its_path(tmp_path):
+    from fakcore.policy import key_id
+
+    entries = tmp_path / "tenants"
+    entries.write_text("# who shares a cache\nacme=sk-1\n\nacme = sk-2\n")
+    env = {"FAK_API_KEYS": "sk-1,sk-2,sk-3", "FAK_TENANTS_FILE": str(entries), "FAK_TENANTS": "globex=sk-3"}
+    s = Settings.load(env=env)
+    assert s.tenant_of() == {key_id("sk-1"): "acme", key_id("sk-2"): "acme", key_id("sk-3"): "globex"}
+    child = s.to_env()
+    assert child["FAK_TENANTS"] == "globex=sk-3" and child["FAK_TENANTS_FILE"] == str(entries)
+    assert Settings.load(env=child).tenant_of() == s.tenant_of()
+    entries.write_text("acme=sk-typo\n")
+    with pytest.raises(SettingsError, match=f"^FAK_TENANTS_FILE={entries}: entry 1 .tenant acme.: the key is none"):
+        Settings.load(env=env)
+    entries.write_text("# nothing\n")
+    with pytest.raises(SettingsError, match=f"^FAK_TENANTS_FILE={entries}: the keys file holds no entry$"):
+        Settings.load(env=env)
+
+
 def test_the_launcher_puts_no_setting_on_a_command_line(tmp_path, monkeypatch):
     from fakcore import launcher
 

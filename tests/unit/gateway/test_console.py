@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fak_gateway.console import Throughput, excerpt
+from fak_gateway.handling import Viewer
 from fakcore.policy import key_id
 from fakcore.protocol import GenerateDone, TextSpan, Usage
 from fakcore.screening import window
@@ -50,6 +51,27 @@ async def test_a_tenant_sees_only_its_own_records_and_requests(client):
     assert everyone["records"][0]["excerpt"] == [["hello ", False], ["world,", True], [" all", False]]
 
 
+async def test_the_keys_of_one_configured_tenant_read_each_others_records_and_no_others():
+    carol = "carol-key"
+    s = settings(admin_keys=(ADMIN,), api_keys=(ALICE, BOB, carol), tenants=(f"acme={ALICE}", f"acme={carol}"))
+    async with gateway(FakeEngines(s)) as c:
+        audit = c.app.state.fak.audit
+        audit.records.extend([result(ALICE, "ba"), result(BOB, "bb"), result(carol, "bc")])
+        for who, block in ((ALICE, "ba"), (BOB, "bb"), (carol, "bc")):
+            audit.requests["r-" + block] = {"request_id": "r-" + block, "model": "synthetic", "key_id": key_id(who),
+                                            "ts": 1.0, "messages": []}
+        as_carol = {"authorization": f"Bearer {carol}"}
+        state = (await c.get("/v1/fak/console/state", headers=as_carol)).json()
+        assert state["tenant"] == "acme" and {r["block"] for r in state["records"]} == {"ba", "bc"}
+        assert {r["request_id"] for r in state["requests"]} == {"r-ba", "r-bc"}
+        log = (await c.get("/v1/fak/audit", headers=as_carol)).json()
+        assert {r["block"] for r in log["records"]} == {"ba", "bc"} and "quarantined_blocks" not in log
+        assert (await c.get("/v1/fak/requests/r-ba", headers=as_carol)).status_code == 200  # alice's: same tenant
+        assert (await c.get("/v1/fak/requests/r-bb", headers=as_carol)).status_code == 404  # bob's: another
+        bob = (await c.get("/v1/fak/audit", headers={"authorization": f"Bearer {BOB}"})).json()
+        assert [r["block"] for r in bob["records"]] == ["bb"]  # a key in no entry: a tenant of its own
+
+
 async def test_the_policy_is_the_operators_only(client):
     r = await client.get("/v1/fak/console/policy", headers={"authorization": f"Bearer {ALICE}"})
     assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
@@ -89,7 +111,7 @@ def test_the_summary_buckets_tokens_per_second_and_latency_per_model(client):
     t.on_done("synthetic", done("r1", 50))
     t.on_done("other", done("r2", 10))  # not remembered by the audit view: tokens, no latency
     now = t.done[-1]["ts"]
-    alice = t.summary(key_id(ALICE), now=now)
+    alice = t.summary(Viewer(key_id(ALICE), frozenset((key_id(ALICE),))), now=now)
     [m] = alice["models"]
     assert m["model"] == "synthetic" and m["completion_tokens"] == 50 and m["requests"] == 1
     [p] = [p for p in m["points"] if p["tokens_per_s"]]
