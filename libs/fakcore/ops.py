@@ -96,6 +96,8 @@ def status(settings: Settings, url: str = "", out: IO[str] = sys.stdout) -> int:
     for w in h.get("workers", []):
         load = f"{w.get('active', 0)} active, {w.get('queued', 0)} queued of {w.get('capacity', '?')}"
         print(f"  worker:   {w.get('worker')}  {w.get('model')}  {w.get('backend', '')} {w.get('device', '')}  {load}", file=out)
+        if w.get("sampling"):
+            print(f"            sampling unless a request says: {', '.join(f'{k}={v:g}' for k, v in w['sampling'].items())}", file=out)
     print(f"  services: {', '.join(h.get('services', [])) or '(none reported)'}", file=out)
     for what in ("unserved", "missing_services", "failing_services"):
         if h.get(what):

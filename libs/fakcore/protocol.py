@@ -244,6 +244,7 @@ class Announce(Message, kw_only=True):
     ts: float = 0.0
     queue_limit: int = 0  # requests it queues beyond `capacity` before refusing (overloaded)
     incarnation: str = ""  # this run of the worker process: a new value means the old one's streams are gone
+    sampling: dict[str, float] = {}  # what a request's unset knobs become (FAK_SAMPLING, else the makers', else conservative)
 
 
 class Heartbeat(Message, kw_only=True):

@@ -43,7 +43,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,19 +286,16 @@ class Guard:
                 self.outcomes.popitem(last=False)
         return first, self._judge_calls(req, replies, ctx.session, key, ctx.tainted)
 
-    def quarantine_headers(self, request_id: str) -> dict[str, str]:
-        """What the boundary did to this request's tool results, for its response: `x-fak-quarantined` names
-        each block, what became of it (evicted from the KV cache, placeholder, spans) and the detector;
-        `x-fak-eviction-receipts` the ids (protocol.receipt_id) of those blocks' eviction receipts the gateway
-        has seen so far (the records: /v1/fak/requests/{id} and /v1/fak/audit?block=...)."""
-        notes = self.outcomes.get(request_id)
-        if not notes:
-            return {}
-        out = {"x-fak-quarantined": ",".join(f"{b};action={a};detector={d or 'screening'}" for b, a, d in notes)}
-        receipts = list(dict.fromkeys(rid for b, _, _ in notes for rid in self.audit.receipts.get(b, ())))
-        if receipts:
-            out["x-fak-eviction-receipts"] = ",".join(receipts)
-        return out
+    def quarantine_report(self, request_id: str) -> list[dict[str, Any]]:
+        """What the boundary did to this request's tool results (none quarantined: [])."""
+        return self.report(self.outcomes.get(request_id, ()))
+
+    def report(self, notes: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
+        """Context.quarantined as the responses give it: each block, what became of it (`evicted` from the KV
+        cache, `placeholder`, `spans`), its detector and the ids (protocol.receipt_id) of the eviction receipts
+        the gateway has seen for it so far (the records: /v1/fak/requests/{id}, /v1/fak/audit?block=...)."""
+        return [{"block": b, "action": a, "detector": d or "screening", "receipt_ids": list(self.audit.receipts.get(b, ()))}
+                for b, a, d in notes]
 
     async def screen(self, req: GenerateRequest, ctx: Context) -> None:
         """The gateway barrier: every pending result screened; the quarantined ones replaced (whole or spans)."""
@@ -426,3 +423,14 @@ async def start_backend(backend: Any, req: GenerateRequest) -> tuple[Accepted, A
         await replies.aclose()
         raise WireError("internal", f"engine answered {type(first).__name__} before accepting")
     return first, replies
+
+
+def report_headers(report: list[dict[str, Any]]) -> dict[str, str]:
+    """Guard.report as headers: `x-fak-quarantined` (block;action=…;detector=…, comma separated) and
+    `x-fak-eviction-receipts` (the receipt ids)."""
+    if not report:
+        return {}
+    out = {"x-fak-quarantined": ",".join(f"{q['block']};action={q['action']};detector={q['detector']}" for q in report)}
+    if receipts := list(dict.fromkeys(rid for q in report for rid in q["receipt_ids"])):
+        out["x-fak-eviction-receipts"] = ",".join(receipts)
+    return out

@@ -19,7 +19,7 @@ from fak_gateway.audit_view import AuditView
 from fak_gateway.context_filter import ContextFilter
 from fak_gateway.engines import Engines
 from fak_gateway.errors import WireError
-from fak_gateway.guard import Guard
+from fak_gateway.guard import Guard, report_headers
 from fak_gateway.mcp_gateway import McpGateway
 from fak_gateway.pipeline import Pipeline
 from fak_gateway.proxy import Proxied
@@ -158,14 +158,16 @@ async def proxied(state: State, request: Request, wire: str, route: str, call: C
 
 
 def receipt_headers(first: Accepted, state: State) -> dict[str, str]:
-    """Who served the request, and what the boundary did to its tool results."""
+    """Who served the request, and what the boundary did to its tool results (guard.report_headers)."""
     r = first.receipt
     out = {"x-fak-engine": r.engine, "x-fak-worker": r.worker, "x-fak-backend": r.backend,
            "x-fak-weights-digest": r.weights_digest}
+    return {**out, **report_headers(quarantine_report(first, state))}
+
+
+def quarantine_report(first: Accepted, state: State) -> list[dict[str, Any]]:
     guard = state.pipeline.guard if state.pipeline is not None else None
-    if guard is not None:
-        out.update(guard.quarantine_headers(first.request_id))
-    return out
+    return guard.quarantine_report(first.request_id) if guard is not None else []
 
 
 def sse(state: State, route: str, wire: str, body: AsyncIterator[bytes], headers: dict[str, str],
@@ -220,12 +222,19 @@ async def while_connected(request: Request, work: Coroutine[Any, Any, Any]) -> A
         raise ClientGone from None
 
 
-async def respond(request: Request, collect: Coroutine[Any, Any, dict[str, Any]], headers: dict[str, str]) -> Response:
-    """A non-stream response, collected from the reply stream unless the client disconnects first."""
+async def respond(request: Request, collect: Coroutine[Any, Any, dict[str, Any]], headers: dict[str, str],
+                  first: Accepted | None = None) -> Response:
+    """A non-stream response, collected from the reply stream unless the client disconnects first. With
+    `first`, a request whose tool results were quarantined says so in the body too, beside the wire's own
+    fields (`fak.quarantined`, Guard.report), and its headers name the eviction receipts seen by the end."""
     try:
-        return Response(await while_connected(request, collect), headers=headers)
+        body = await while_connected(request, collect)
     except ClientGone:
         return Response(None, status_code=CLIENT_GONE)
+    if first is not None and (report := quarantine_report(first, state_of(request))):
+        body["fak"] = {"quarantined": report}
+        headers = {**headers, **report_headers(report)}
+    return Response(body, headers=headers)
 
 
 async def disconnected(request: Request) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fak_gateway import gemini_passthrough, passthrough, responses_passthrough
-from fak_gateway.guard import Guard
+from fak_gateway.guard import Guard, report_headers
 from fak_gateway.upstream import Upstream
 from fakcore.protocol import GenerateRequest, ToolCall
 from fakcore.routes import Route
@@ -70,7 +70,8 @@ class SameWire:
         if replaced:
             self.upstream.m.redacted.labels(self.upstream.name).inc(withheld)
             self.upstream.m.redacted_blocks.labels(self.upstream.name).inc(len(replaced))
-        return {"x-fak-redacted-blocks": str(len(replaced)), "x-fak-upstream": self.upstream.name}
+        notes = report_headers(self.guard.report(self.ctx.quarantined)) if self.ctx is not None and self.guard is not None else {}
+        return {"x-fak-redacted-blocks": str(len(replaced)), "x-fak-upstream": self.upstream.name, **notes}
 
     async def anthropic(self, body: bytes, headers: Mapping[str, str], query: str, stream: bool, op: str = "messages") -> Proxied:
         """Anthropic → Anthropic: the client's bytes, the quarantined blocks' content alone replaced."""

@@ -76,7 +76,7 @@ async def gemini_models_action(request: Request, name: str) -> Response | Stream
     if streamed:
         return sse(state, label, "gemini", gemini_wire.stream(turn, first, replies, alt_sse), out,
                    "text/event-stream" if alt_sse else "application/json")
-    return await respond(request, gemini_wire.response(turn, replies), out)
+    return await respond(request, gemini_wire.response(turn, replies), out, first)
 
 
 async def count_tokens(request: Request, model: str) -> Response:

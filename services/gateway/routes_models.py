@@ -68,7 +68,7 @@ async def chat_completions(request: Request) -> Response | Stream:
     if r.stream:
         include_usage = bool((r.stream_options or {}).get("include_usage"))
         return sse(state, "chat", "openai", openai_wire.chat_stream(req, first, replies, include_usage), receipt_headers(first, state))
-    return await respond(request, openai_wire.chat_response(req, replies), receipt_headers(first, state))
+    return await respond(request, openai_wire.chat_response(req, replies), receipt_headers(first, state), first)
 
 
 @post("/v1/completions", status_code=200)
@@ -109,7 +109,7 @@ async def messages(request: Request) -> Response | Stream:
     if r.stream:
         return sse(state, "messages", "anthropic", anthropic_wire.message_stream(req, first, replies, first.prompt_tokens),
                    headers)
-    return await respond(request, anthropic_wire.message_response(req, replies), headers)
+    return await respond(request, anthropic_wire.message_response(req, replies), headers, first)
 
 
 @post("/v1/messages/count_tokens", status_code=200)

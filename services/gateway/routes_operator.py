@@ -50,7 +50,7 @@ def healthz(request: Request) -> Response:
         "missing_services": missing,
         "failing_services": failing,
         "workers": [{"worker": w.worker, "model": w.model, "engine": w.engine, "backend": w.backend, "device": w.device,
-                     "active": w.active, "queued": w.queued, "capacity": w.capacity} for w in workers],
+                     "active": w.active, "queued": w.queued, "capacity": w.capacity, "sampling": w.sampling} for w in workers],
         "services": sorted({h.service for h in services} | ({"engine"} if workers else set())),
         "adjudication": s.adjudicate,
         "quarantined_blocks": len(state.filter.quarantined),

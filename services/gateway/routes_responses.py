@@ -57,7 +57,7 @@ async def responses(request: Request) -> Response | Stream:
         await keep(response)
         return response
 
-    return await respond(request, collect(), headers)
+    return await respond(request, collect(), headers, first)
 
 
 def store_of(state: State) -> ResponseStore:

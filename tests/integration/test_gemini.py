@@ -135,14 +135,22 @@ def test_json_output_follows_the_response_schema(topo):
 def test_a_poisoned_function_response_never_reaches_the_model(topo):
     payload = PAYLOAD.replace("Paris", "Paris (gemini)")  # new bytes: other tests' verdicts share the bus
     c = client(topo)
-    r = c.models.generate_content(model="synthetic", config=types.GenerateContentConfig(**GREEDY), contents=[
-        types.Content(role="user", parts=[types.Part(text="Weather in Paris?")]),
-        types.Content(role="model", parts=[types.Part.from_function_call(name="get_weather", args={"city": "Paris"})]),
-        types.Content(role="user", parts=[types.Part.from_function_response(name="get_weather", response={"output": payload})])])
+    contents = [types.Content(role="user", parts=[types.Part(text="Weather in Paris?")]),
+                types.Content(role="model", parts=[types.Part.from_function_call(name="get_weather", args={"city": "Paris"})]),
+                types.Content(role="user", parts=[types.Part.from_function_response(name="get_weather", response={"output": payload})])]
+    r = c.models.generate_content(model="synthetic", config=types.GenerateContentConfig(**GREEDY), contents=contents)
     context = context_of(topo, r.response_id)
     assert len(context["screened"]) == 1 and MARKER not in json.dumps(context["messages"])
     [tool] = [m for m in context["messages"] if m["role"] == "tool"]
     assert "quarantined" in tool["content"].lower()
+    assert r.sdk_http_response.headers["x-fak-quarantined"].startswith(context["screened"][0] + ";action=")
+    # the same contents again, raw: the body names the quarantine beside Google's fields (the SDK parses such a body)
+    again = httpx.post(f"{topo.gateway_url}/v1beta/models/synthetic:generateContent", headers={"x-goog-api-key": KEY},
+                       json={"contents": [c.model_dump(mode="json", exclude_none=True) for c in contents],
+                             "generationConfig": {"temperature": 0, "maxOutputTokens": 8}}).json()
+    [note] = again["fak"]["quarantined"]
+    assert note["block"] == context["screened"][0] and note["action"] == "placeholder" and note["detector"]
+    assert types.GenerateContentResponse.model_validate({k: v for k, v in again.items() if k != "fak"}).text is not None
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -38,6 +38,8 @@ def test_status_names_the_models_services_and_workers(topo):
     assert f"fak at {topo.gateway_url}: ready" in done.stdout
     assert "models:   synthetic" in done.stdout and "worker:" in done.stdout and "0 active" in done.stdout
     assert "adjudicator" in done.stdout and "kvmmu" in done.stdout
+    # nothing configured and the synthetic model recommends nothing: llama.cpp's conservative sampling
+    assert "sampling unless a request says: temperature=0.8, top_k=40, top_p=0.95" in done.stdout
 
 
 def test_status_without_a_gateway_is_one_line_and_exit_1():

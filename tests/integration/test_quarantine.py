@@ -93,6 +93,9 @@ def test_responses_name_what_was_quarantined_and_the_eviction_receipt(first_raw,
                                                           max_tokens=4, temperature=0)
     assert again.headers["x-fak-quarantined"].startswith(f"{block};action=placeholder;detector=")
     assert receipt["receipt_id"] in again.headers["x-fak-eviction-receipts"].split(",")
+    [body_note] = again.parse().model_extra["fak"]["quarantined"]  # the body says it too, beside OpenAI's fields
+    assert body_note == {"block": block, "action": "placeholder", "detector": note.rsplit("=", 1)[1],
+                         "receipt_ids": [receipt["receipt_id"]]}
     clean = oai.chat.completions.with_raw_response.create(model="synthetic", max_tokens=4, temperature=0,
                                                           messages=conversation("Rome?", "Rome: 17C."))
     assert "x-fak-quarantined" not in clean.headers
@@ -117,6 +120,8 @@ def test_the_anthropic_wire_is_filtered_too(first, topo):
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": PAYLOAD}]}])
     context = get(f"{topo.gateway_url}/v1/fak/requests/{m.id}")
     assert MARKER not in json.dumps(context["messages"]) and context["placeholders"]
+    [note] = m.model_extra["fak"]["quarantined"]  # beside Anthropic's fields, kept by the SDK
+    assert note["block"] == context["placeholders"][0] and note["action"] == "placeholder" and note["detector"]
 
 
 def test_clean_results_pass_and_are_screened_once(oai, topo):

@@ -216,6 +216,8 @@ def test_a_poisoned_tool_output_never_reaches_the_model(topo, client, kind):
     receipts = wait_for(lambda: httpx.get(f"{topo.gateway_url}/v1/fak/audit?kind=eviction&block={block}",
                                           headers={"authorization": f"Bearer {ADMIN}"}).json()["records"], timeout=30)
     assert receipts and block in receipts[0]["blocks"] and not receipts[0]["attends_evicted"]
+    [note] = r.model_extra["fak"]["quarantined"]  # beside the Responses fields, kept by the SDK
+    assert note["block"] == block and note["action"] == "evicted" and note["detector"]
 
 
 def test_bad_requests_are_400_in_openais_shape(topo):

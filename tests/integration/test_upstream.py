@@ -119,6 +119,8 @@ def test_a_quarantined_block_is_the_only_difference(topo, anth):
     assert r.status_code == 200, r.text
     got = anth.requests[-1].body
     assert MARKER not in got and r.headers["x-fak-redacted-blocks"] == "1"
+    [note] = r.headers["x-fak-quarantined"].split(",")  # headers only: the upstream's body bytes stay its own
+    assert ";action=placeholder;detector=" in note and not note.endswith("=") and "fak" not in r.json()
     sent, received = json.loads(body), json.loads(got)
     placeholder = received["messages"][2]["content"][0].pop("content")
     sent["messages"][2]["content"][0].pop("content")

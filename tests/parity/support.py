@@ -221,10 +221,11 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
 
 
 def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[dict], None] | None = None,
-               drop_keys: tuple[str, ...] = ()) -> Path:
+               drop_keys: tuple[str, ...] = (), add_keys: dict[str, Any] | None = None) -> Path:
     """Convert the safetensors checkpoint in `hf_dir` to GGUF as convert_hf_to_gguf would (outtype f32 /
     f16 / q8_0), reading only what the converter reads: config.json and the safetensors file.
-    `edit(tensors)` and `drop_keys` spoil the result on purpose, for the error tests."""
+    `edit(tensors)` and `drop_keys` spoil the result on purpose, for the error tests; `add_keys` adds metadata
+    (a float as float32, an int as int32, else a string)."""
     fam = FAMILIES[name]
     hp = json.loads((hf_dir / "config.json").read_text())
     arch = fam.gguf_arch
@@ -253,6 +254,9 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
     write_metadata(w, arch, hp, qtype, fam.extra_meta)
     for key in drop_keys:
         del w.kv_data[0][key]
+    for key, value in (add_keys or {}).items():
+        add = w.add_float32 if isinstance(value, float) else w.add_int32 if isinstance(value, int) else w.add_string
+        add(key, value)
     for new_name, data in tensors.items():
         add_tensor(w, new_name, data, qtype)
     w.write_header_to_file()

@@ -9,7 +9,7 @@ architecture string (models/<arch>.py), checks every tensor, and places the weig
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ class LoadedModel:
     template: ChatTemplate | None  # None: raw prompts only
     weights_digest: str  # sha256 over every tensor's name, type, shape and bytes
     source: str
+    sampling: dict[str, float] = field(default_factory=dict)  # its makers' (models/sources.py), for knobs a request leaves unset
 
     @property
     def backend(self) -> Backend:
@@ -71,7 +72,7 @@ def make_backend(name: str, **options: Any) -> Backend:
 def load_model(ref: str, backend: Backend, cache_dir: str = "") -> LoadedModel:
     if ref == "synthetic":
         return _load_synthetic(backend)
-    from fakcore.models.sources import resolve
+    from fakcore.models.sources import recommended_sampling, resolve
 
     path = resolve(ref, cache_dir)
     from fakcore.models.checkpoint import load_checkpoint
@@ -80,7 +81,7 @@ def load_model(ref: str, backend: Backend, cache_dir: str = "") -> LoadedModel:
     weights = load_weights(ckpt.config, ckpt.tensors, backend, ckpt.source)
     return LoadedModel(name=ref, config=ckpt.config, transformer=Transformer(ckpt.config, weights, backend),
                        tokenizer=ckpt.tokenizer, template=ckpt.template, weights_digest=digest_tensors(ckpt.tensors),
-                       source=ckpt.source)
+                       source=ckpt.source, sampling=recommended_sampling(ref, ckpt.source) or ckpt.sampling)
 
 
 def _load_synthetic(backend: Backend) -> LoadedModel:

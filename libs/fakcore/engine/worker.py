@@ -38,7 +38,7 @@ from fakcore.engine.prompt import RequestError, build_prompt
 from fakcore.engine.sampling import validate_sampling, with_defaults
 from fakcore.engine.scheduler import PREFILL_CHUNK, Chunk, Done, Event, Failed, Overloaded, Scheduler
 from fakcore.engine.sequence import Sequence, make_grammar
-from fakcore.models.sources import recommended_sampling
+from fakcore.models.sources import FALLBACK_SAMPLING
 from fakcore.protocol import (
     Accepted,
     Announce,
@@ -153,7 +153,8 @@ class EngineWorker:
                                    max_queue=s.max_queue, prefill_chunk=PREFILL_CHUNK, metrics=self.metrics,
                                    hold_timeout=s.hold_timeout_s)
         self.evict_mode = s.kv_evict_mode
-        self.sampling = {**recommended_sampling(model.name, model.source), **sampling_defaults(s.sampling)}  # for unset knobs
+        # for the knobs a request leaves unset: FAK_SAMPLING, else the makers', else conservative (llama.cpp's)
+        self.sampling = {**FALLBACK_SAMPLING, **model.sampling, **sampling_defaults(s.sampling)}
         self.receipt = Receipt(engine=engine_kind, worker=self.worker_id, backend=model.backend.name,
                                device=model.backend.device, model=model.name, weights_digest=model.weights_digest,
                                incarnation=uuid.uuid4().hex[:12])
@@ -203,7 +204,7 @@ class EngineWorker:
                         weights_digest=self.model.weights_digest, context_length=self.model.config.context_length,
                         capacity=self.scheduler.max_sessions, active=active, queued=queued,
                         metrics_url=self.svc.metrics_url, ts=time.time(), queue_limit=self.scheduler.max_queue,
-                        incarnation=self.receipt.incarnation)
+                        incarnation=self.receipt.incarnation, sampling=self.sampling)
 
     # -- handlers (event loop) -----------------------------------------------------------------------
     async def _on_generate(self, msg: Any) -> None:

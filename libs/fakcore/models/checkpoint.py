@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,6 +25,7 @@ from fakcore.formats.safetensors import load_safetensors
 from fakcore.formats.tensor import Tensor
 from fakcore.models.config import ConfigError, ModelConfig
 from fakcore.models.shapes import check_tensors
+from fakcore.models.sources import generation_sampling, gguf_sampling
 from fakcore.text.chat import ChatTemplate
 from fakcore.text.tokenizer import Tokenizer
 
@@ -42,6 +43,7 @@ class Checkpoint:
     tokenizer: Tokenizer
     template: ChatTemplate | None  # the checkpoint's own chat template; None: raw prompts only
     source: str  # the file or directory it came from
+    sampling: dict[str, float] = field(default_factory=dict)  # the makers' sampling the file records (GGUF general.sampling.*, generation_config.json)
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -79,7 +81,7 @@ def _from_gguf(path: Path) -> Checkpoint:
     check_tensors(cfg, tensors, source)
     tokenizer = Tokenizer.from_gguf(f.metadata, source)
     cfg = _with_specials(cfg, tokenizer, ())
-    return Checkpoint(cfg, tensors, tokenizer, ChatTemplate.from_tokenizer(tokenizer), source)
+    return Checkpoint(cfg, tensors, tokenizer, ChatTemplate.from_tokenizer(tokenizer), source, gguf_sampling(f.metadata, source))
 
 
 def _from_hf(root: Path) -> Checkpoint:
@@ -94,7 +96,8 @@ def _from_hf(root: Path) -> Checkpoint:
     generation = _read_json(root / "generation_config.json") if (root / "generation_config.json").is_file() else {}
     eos = generation.get("eos_token_id")
     cfg = _with_specials(cfg, tokenizer, [eos] if isinstance(eos, int) else list(eos or ()))
-    return Checkpoint(cfg, tensors, tokenizer, ChatTemplate.from_tokenizer(tokenizer), source)
+    sampling = generation_sampling(root / "generation_config.json") if generation else {}
+    return Checkpoint(cfg, tensors, tokenizer, ChatTemplate.from_tokenizer(tokenizer), source, sampling)
 
 
 def _with_specials(cfg: ModelConfig, tokenizer: Tokenizer, extra_eos: list[int] | tuple[int, ...]) -> ModelConfig:

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 
@@ -62,6 +63,12 @@ PULLABLE = {
 
 
 GENERATION_KNOBS = ("temperature", "top_p", "top_k")  # what generation_config.json says that sampling uses
+GGUF_SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_p": "top_p",
+                 "general.sampling.top_k": "top_k"}  # the converters' keys for the makers' sampling
+# When neither the request, FAK_SAMPLING, the catalogue nor the file says: llama.cpp's defaults, conservative
+# enough that a small instruct model stays coherent (the SDKs' implicit temperature 1 with no top_k/top_p
+# makes SmolLM2 ramble).
+FALLBACK_SAMPLING: dict[str, float] = {"temperature": 0.8, "top_k": 40, "top_p": 0.95}
 
 
 def recommended_sampling(model: str, source: str = "") -> dict[str, float]:
@@ -76,6 +83,19 @@ def recommended_sampling(model: str, source: str = "") -> dict[str, float]:
         if config is not None and config.is_file():
             return generation_sampling(config)
     return {}
+
+
+def gguf_sampling(metadata: dict[str, Any], source: str) -> dict[str, float]:
+    """The makers' sampling a GGUF's metadata records (`general.sampling.*`); a top_k <= 0 is top-k off."""
+    out: dict[str, float] = {}
+    for key, knob in GGUF_SAMPLING.items():
+        value = metadata.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ModelSourceError(f"{source}: GGUF metadata `{key}` must be a number, not {value!r}")
+        out[knob] = max(0, int(value)) if knob == "top_k" else float(f"{value:.7g}")  # float32's digits: 0.6, not 0.6000000238
+    return out
 
 
 def generation_sampling(path: Path) -> dict[str, float]:
