@@ -277,7 +277,7 @@ class Topology:
 
     @property
     def gateway_url(self) -> str:
-        return f"http://{self.settings.host}:{self.settings.port}"
+        return self.settings.gateway_url
 
     def health(self) -> dict:
         try:

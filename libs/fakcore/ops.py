@@ -27,10 +27,8 @@ class OpsError(Exception):
 
 
 def gateway_url(settings: Settings, url: str = "") -> str:
-    if url:
-        return url.rstrip("/")
-    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-    return f"http://{host}:{settings.port}"
+    """--url if given, else where this machine reaches the configured gateway."""
+    return url.rstrip("/") if url else settings.gateway_url
 
 
 def _request(url: str, key: str = "", body: dict | None = None, timeout: float = TIMEOUT_S) -> urllib.request.Request:

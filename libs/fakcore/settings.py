@@ -136,6 +136,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return {key_id(key): tenant for key, tenant in tenant_map(self.tenants, self.api_keys, "tenants").items()}
 
     @property
+    def gateway_url(self) -> str:
+        """Where a process on this machine reaches the gateway: a wildcard bind address means loopback."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    @property
     def routed_models(self) -> tuple[str, ...]:
         return self.models or (self.model,)
 
