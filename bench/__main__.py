@@ -7,6 +7,7 @@
     screening  tool-result screening: TPR at 1% FPR, latency; gateway added latency
     agentdojo  screening on AgentDojo's data (independent evaluation; needs the agentdojo package)
     sessions   200 concurrent sessions (both wires, streaming, tool results) through the gateway: errors, p50/p90/p99
+    quality    greedy continuations against HF transformers on chat prompts, fak's paths beside llama.cpp's
     serve      the whole server vs llama.cpp's llama-server: aggregate tok/s and time to first token at 1/4/16 streams
 """
 
@@ -17,7 +18,7 @@ import sys
 
 BENCHES = {"gateway": "bench.gateway", "upstream": "bench.upstream", "engine": "bench.engine", "kv": "bench.kv",
            "screening": "bench.screening", "agentdojo": "bench.agentdojo_eval", "sessions": "bench.sessions",
-           "serve": "bench.serve"}
+           "serve": "bench.serve", "quality": "bench.quality"}
 
 
 def main(argv: list[str]) -> int:
