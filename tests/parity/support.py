@@ -2,7 +2,8 @@
 as GGUF files the way llama.cpp's convert_hf_to_gguf writes them, and fak run on what was written.
 
 The GGUF writer follows the converter step by step (names through `gguf.get_tensor_name_map`, Q/K row
-permutation for llama, +1 on Gemma norm gains, `rope_freqs` for Llama-3 scaling, norms and biases kept F32,
+permutation for llama, +1 on Gemma norm gains, `rope_freqs` for Llama-3 scaling, MoE experts stacked per layer
+into `ffn_*_exps` (Qwen2MoeModel.modify_tensors), norms, biases and the MoE router kept F32,
 metadata keys as its TextModel / LlamaModel / Gemma2Model / Gemma3Model write them). One deliberate
 deviation: a Mistral file also gets `llama.attention.sliding_window`, which the converter drops.
 """
@@ -49,6 +50,8 @@ class Family:
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 64, "rope_theta": 10000.0}
+MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+           rope_parameters={"rope_type": "default", "rope_theta": 1e6})
 FAMILIES: dict[str, Family] = {
     # tied head, Llama-3 RoPE scaling with low, medium and high frequency bands at head_dim 16
     "llama": Family("llama", "llama", dict(num_hidden_layers=3, tie_word_embeddings=True, rope_parameters=LLAMA3_ROPE)),
@@ -73,6 +76,15 @@ FAMILIES: dict[str, Family] = {
         layer_types=["sliding_attention"] * 5 + ["full_attention"],
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                          "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 50000.0}})),
+    # post-norm, full-width q/k norms (64 and 32 wide: grouped-query)
+    "olmo2": Family("olmo2", "olmo2", dict(num_hidden_layers=3, tie_word_embeddings=False,
+                                           rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+    # 8 experts of width 32, top 2 renormalised (what llama.cpp assumes of every qwen3moe GGUF)
+    "qwen3moe": Family("qwen3_moe", "qwen3moe", dict(num_hidden_layers=3, tie_word_embeddings=False, **MOE)),
+    # top 3 of 8 without renormalising: the converter writes no flag for it, so safetensors only
+    "qwen3moe-unnormed": Family("qwen3_moe", "qwen3moe", dict(num_hidden_layers=2, tie_word_embeddings=True,
+                                                              **(MOE | dict(num_experts_per_tok=3, norm_topk_prob=False))),
+                                  gguf_ok=False),
 }
 FORMATS = ("safetensors", "gguf-f32", "gguf-f16", "gguf-q8_0")
 ROUNDING = {"safetensors": "F32", "gguf-f32": "F32", "gguf-f16": "F16", "gguf-q8_0": "Q8_0"}
@@ -90,7 +102,9 @@ def build_hf_model(name: str, matrix_qtype: str = "F32", seed: int = 0) -> torch
     fam = FAMILIES[name]
     config = AutoConfig.for_model(fam.model_type, **(COMMON | fam.config))
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32).eval()
+    # eager experts: HuggingFace's loop over experts, the textbook order (the default is a grouped matmul)
+    moe = {"experts_implementation": "eager"} if "num_experts" in fam.config else {}
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32, **moe).eval()
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for pname, p in model.named_parameters():
@@ -169,6 +183,11 @@ def llama3_rope_factors(hp: dict[str, Any]) -> np.ndarray:
     return torch.tensor(rope_factors, dtype=torch.float32).numpy()
 
 
+def n_experts(hp: dict[str, Any]) -> int:
+    """The converter's find_hparam(["num_local_experts", "num_experts"]): transformers 5 writes the first."""
+    return hp.get("num_local_experts") or hp["num_experts"]
+
+
 def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str, extra: dict[str, Any]) -> None:
     rope = hp.get("rope_parameters") or {}
     full = rope.get("full_attention", rope)
@@ -204,6 +223,10 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
     if arch == "llama":  # LlamaModel.set_gguf_parameters
         w.add_vocab_size(hp["vocab_size"])
         w.add_rope_dimension_count(hp["head_dim"])
+    if arch == "qwen3moe":  # TextModel's expert keys + Qwen2MoeModel.set_gguf_parameters
+        w.add_expert_count(n_experts(hp))
+        w.add_expert_used_count(hp["num_experts_per_tok"])
+        w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
     if arch == "gemma3":  # Gemma3Model.set_gguf_parameters
         if hp.get("final_logit_softcapping"):
             w.add_final_logit_softcapping(hp["final_logit_softcapping"])
@@ -233,8 +256,12 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
     names = gguf.get_tensor_name_map(arch_id, hp["num_hidden_layers"])
     n_head, n_kv = hp["num_attention_heads"], hp["num_key_value_heads"]
     tensors: dict[str, np.ndarray] = {}
+    experts: dict[str, np.ndarray] = {}
     for hf_name, t in load_file(hf_dir / "model.safetensors").items():
         data = t.float().numpy()
+        if ".mlp.experts." in hf_name:  # Qwen2MoeModel.modify_tensors: stacked below
+            experts[hf_name] = data
+            continue
         if arch.startswith("gemma") and hf_name == "lm_head.weight":
             continue
         if arch == "llama" and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
@@ -246,6 +273,10 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
         new_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         assert new_name is not None, hf_name
         tensors[new_name] = data
+    for bid in sorted({int(n.split(".")[2]) for n in experts}):  # torch.stack over experts, per layer and kind
+        for w_name in ("down_proj", "gate_proj", "up_proj"):
+            datas = [experts[f"model.layers.{bid}.mlp.experts.{xid}.{w_name}.weight"] for xid in range(n_experts(hp))]
+            tensors[names.get_name(f"model.layers.{bid}.mlp.experts.{w_name}.weight", try_suffixes=(".weight",))] = np.stack(datas)
     if arch == "llama" and (hp.get("rope_parameters") or {}).get("rope_type") == "llama3":
         tensors["rope_freqs.weight"] = llama3_rope_factors(hp)
     if edit is not None:
@@ -268,7 +299,8 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
 
 def add_tensor(w: gguf.GGUFWriter, name: str, data: np.ndarray, qtype: str) -> None:
     data = np.ascontiguousarray(data, np.float32)
-    if data.ndim <= 1 or name.endswith("_norm.weight") or qtype == "F32":
+    # prepare_tensors: 1-D tensors, norms and the MoE router (FFN_GATE_INP) stay F32
+    if data.ndim <= 1 or name.endswith(("_norm.weight", "ffn_gate_inp.weight")) or qtype == "F32":
         w.add_tensor(name, data)
     elif qtype == "F16":
         w.add_tensor(name, data.astype(np.float16))
@@ -291,8 +323,18 @@ def export(name: str, fmt: str, tmp: Path) -> tuple[torch.nn.Module, Path]:
 # -- the fak side ----------------------------------------------------------------------------------------
 
 
-def fak_transformer(ckpt: Checkpoint) -> Transformer:
-    backend = ReferenceBackend()
+def fak_backend(name: str) -> Any:
+    """"reference", or "numba" (engine-cpu's fast path, f32 activations)."""
+    if name == "reference":
+        return ReferenceBackend()
+    import fak_engine_cpu.backend  # noqa: F401  registers "numba"
+    from fakcore.engine.loader import make_backend
+
+    return make_backend(name)
+
+
+def fak_transformer(ckpt: Checkpoint, backend_name: str = "reference") -> Transformer:
+    backend = fak_backend(backend_name)
     return Transformer(ckpt.config, load_weights(ckpt.config, ckpt.tensors, backend, ckpt.source), backend)
 
 
@@ -320,9 +362,9 @@ class Measured:
 RESULTS: list[Measured] = []
 
 
-def measure(case: str, path: Path, model: torch.nn.Module, tokens: np.ndarray) -> Measured:
+def measure(case: str, path: Path, model: torch.nn.Module, tokens: np.ndarray, backend: str = "reference") -> Measured:
     ckpt = load_checkpoint(path)
-    tf = fak_transformer(ckpt)
+    tf = fak_transformer(ckpt, backend)
     expected = hf_logits(model, tokens)
     full = fak_full(tf, tokens)
     cached = fak_cached(tf, tokens)

@@ -4,6 +4,12 @@ Weights use llama.cpp's GGUF tensor names as the canonical names (`blk.3.attn_q.
 translates its checkpoint's names into these and says which optional parts it has (biases, qk-norm,
 sandwich norms). Everything a family varies is a field of ModelConfig, so the block below reads like the
 papers: x = x + attn(norm(x)); x = x + mlp(norm(x)).
+
+A mixture-of-experts MLP (ModelConfig.n_experts) keeps every expert as its own resident matrices (split from
+llama.cpp's stacked `ffn_*_exps` tensors, zero-copy), so it runs on any backend's `matrix` / `linear`. The
+router's top-k choice and the weighted sum of the experts' outputs are host arithmetic (numpy f32) on
+`to_host` rows: the sum visits a token's experts in ascending expert order whatever else is in the batch, so
+a batch-invariant backend stays batch-invariant.
 """
 
 from __future__ import annotations
@@ -21,23 +27,35 @@ from fakcore.models.shapes import check_tensors
 
 
 @dataclass
+class Expert:
+    """One expert of a mixture-of-experts MLP: a gated MLP of width expert_ffn_dim."""
+
+    w_gate: Any  # (expert_ffn_dim, dim)
+    w_up: Any  # (expert_ffn_dim, dim)
+    w_down: Any  # (dim, expert_ffn_dim)
+    w_gate_up: Any = None  # (2*expert_ffn_dim, dim), replaces w_gate, w_up where the backend fuses
+
+
+@dataclass
 class LayerWeights:
-    attn_norm: Any  # (dim,)
+    attn_norm: Any  # (dim,)                   None with post_norm
     wq: Any  # (n_heads*head_dim, dim)
     wk: Any  # (n_kv_heads*head_dim, dim)
     wv: Any  # (n_kv_heads*head_dim, dim)
     wo: Any  # (dim, n_heads*head_dim)
-    ffn_norm: Any  # (dim,)
-    w_gate: Any  # (ffn_dim, dim)
-    w_up: Any  # (ffn_dim, dim)
-    w_down: Any  # (dim, ffn_dim)
+    ffn_norm: Any  # (dim,)                    None with post_norm
+    w_gate: Any  # (ffn_dim, dim)              None with n_experts
+    w_up: Any  # (ffn_dim, dim)                None with n_experts
+    w_down: Any  # (dim, ffn_dim)              None with n_experts
     bq: Any = None  # (n_heads*head_dim,)      qkv_bias
     bk: Any = None  # (n_kv_heads*head_dim,)   qkv_bias
     bv: Any = None  # (n_kv_heads*head_dim,)   qkv_bias
-    q_norm: Any = None  # (head_dim,)           qk_norm
-    k_norm: Any = None  # (head_dim,)           qk_norm
-    post_attn_norm: Any = None  # (dim,)        sandwich_norm
-    post_ffn_norm: Any = None  # (dim,)         sandwich_norm
+    q_norm: Any = None  # (head_dim,)           qk_norm; (n_heads*head_dim,) with qk_norm_full
+    k_norm: Any = None  # (head_dim,)           qk_norm; (n_kv_heads*head_dim,) with qk_norm_full
+    post_attn_norm: Any = None  # (dim,)        sandwich_norm, post_norm
+    post_ffn_norm: Any = None  # (dim,)         sandwich_norm, post_norm
+    router: Any = None  # (n_experts, dim)      n_experts
+    experts: list[Expert] | None = None  # (n_experts,)  n_experts
     # A backend that can (Backend.fuse) runs q/k/v and gate/up as one matmul each: rows stacked.
     wqkv: Any = None  # ((n_heads + 2*n_kv_heads)*head_dim, dim), replaces wq, wk, wv
     bqkv: Any = None
@@ -61,22 +79,28 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
             return None
         return backend.matrix(tensors[name]) if kind == "m" else backend.vector(tensors[name], off if kind == "n" else 0.0)
 
+    def experts(p: str) -> list[Expert] | None:
+        if not cfg.n_experts:
+            return None
+        gate, up, down = (split_experts(tensors[p + f"ffn_{n}_exps.weight"]) for n in ("gate", "up", "down"))
+        return [Expert(backend.matrix(g), backend.matrix(u), backend.matrix(d)) for g, u, d in zip(gate, up, down, strict=True)]
+
     layers = []
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
         layers.append(LayerWeights(
-            attn_norm=backend.vector(tensors[p + "attn_norm.weight"], off),
+            attn_norm=opt(p + "attn_norm.weight", "n"),
             wq=backend.matrix(tensors[p + "attn_q.weight"]),
             wk=backend.matrix(tensors[p + "attn_k.weight"]),
             wv=backend.matrix(tensors[p + "attn_v.weight"]),
             wo=backend.matrix(tensors[p + "attn_output.weight"]),
-            ffn_norm=backend.vector(tensors[p + "ffn_norm.weight"], off),
-            w_gate=backend.matrix(tensors[p + "ffn_gate.weight"]),
-            w_up=backend.matrix(tensors[p + "ffn_up.weight"]),
-            w_down=backend.matrix(tensors[p + "ffn_down.weight"]),
+            ffn_norm=opt(p + "ffn_norm.weight", "n"),
+            w_gate=opt(p + "ffn_gate.weight", "m"), w_up=opt(p + "ffn_up.weight", "m"),
+            w_down=opt(p + "ffn_down.weight", "m"),
             bq=opt(p + "attn_q.bias", "b"), bk=opt(p + "attn_k.bias", "b"), bv=opt(p + "attn_v.bias", "b"),
             q_norm=opt(p + "attn_q_norm.weight", "n"), k_norm=opt(p + "attn_k_norm.weight", "n"),
             post_attn_norm=opt(p + "post_attention_norm.weight", "n"), post_ffn_norm=opt(p + "post_ffw_norm.weight", "n"),
+            router=opt(p + "ffn_gate_inp.weight", "m"), experts=experts(p),
         ))
     fuse = getattr(backend, "fuse", None)
     if fuse is not None:
@@ -86,12 +110,21 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
                 L.wq = L.wk = L.wv = None
                 if L.bq is not None:
                     L.bqkv = np.concatenate([L.bq, L.bk, L.bv])
-            L.w_gate_up = fuse([L.w_gate, L.w_up])
-            if L.w_gate_up is not None:
-                L.w_gate = L.w_up = None
+            for m in [L] if L.experts is None else L.experts:
+                m.w_gate_up = fuse([m.w_gate, m.w_up])
+                if m.w_gate_up is not None:
+                    m.w_gate = m.w_up = None
     tok_embd = backend.embedding(tensors["token_embd.weight"])
     output = backend.matrix(tensors["token_embd.weight"] if cfg.tie_embeddings else tensors["output.weight"])
     return Weights(tok_embd=tok_embd, output_norm=backend.vector(tensors["output_norm.weight"], off), output=output, layers=layers)
+
+
+def split_experts(t: Tensor) -> list[Tensor]:
+    """A stacked (n_experts, rows, cols) tensor as n_experts (rows, cols) tensors: views of its bytes, still in
+    its quant type (quant blocks run along the last axis, so each expert is whole blocks)."""
+    n = t.shape[0]
+    size = t.raw.size // n
+    return [Tensor(f"{t.name}[{e}]", t.qtype, t.shape[1:], t.raw[e * size:(e + 1) * size], t.source) for e in range(n)]
 
 
 class Transformer:
@@ -131,17 +164,19 @@ class Transformer:
             capture.append(be.to_host(x))
         for i, L in enumerate(w.layers):
             # -- attention: x = x + attn(norm(x))
-            h = be.rmsnorm(x, L.attn_norm, cfg.norm_eps)
+            h = x if cfg.post_norm else be.rmsnorm(x, L.attn_norm, cfg.norm_eps)
             if L.wqkv is not None:
                 qkv = be.linear(h, L.wqkv, L.bqkv)  # (T, (H + 2*Hkv) * D)
                 qd, kd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
                 q, k, v = qkv[:, :qd], qkv[:, qd:qd + kd], qkv[:, qd + kd:]
             else:
                 q, k, v = be.linear(h, L.wq, L.bq), be.linear(h, L.wk, L.bk), be.linear(h, L.wv, L.bv)
+            if cfg.qk_norm_full:  # OLMo2: one norm over all heads, before the split into heads
+                q, k = be.rmsnorm(q, L.q_norm, cfg.norm_eps), be.rmsnorm(k, L.k_norm, cfg.norm_eps)
             q = q.reshape(T, cfg.n_heads, cfg.head_dim)  # (T, H, D)
             k = k.reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
             v = v.reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
-            if cfg.qk_norm:
+            if cfg.qk_norm and not cfg.qk_norm_full:
                 q = be.rmsnorm(q, L.q_norm, cfg.norm_eps)
                 k = be.rmsnorm(k, L.k_norm, cfg.norm_eps)
             k_pre = k
@@ -149,18 +184,13 @@ class Transformer:
             k = be.rope(k, positions, self.rope[i])
             a = be.attention(q, k_pre, k, v, segments, i, cfg.layer_window[i], cfg.scale, cfg.attn_softcap)  # (T, H, D)
             o = be.linear(a.reshape(T, cfg.n_heads * cfg.head_dim), L.wo)  # (T, dim)
-            if cfg.sandwich_norm:
+            if cfg.sandwich_norm or cfg.post_norm:
                 o = be.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
             x = be.add(x, o)
             # -- MLP: x = x + down(act(gate(norm(x))) * up(norm(x)))
-            h = be.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
-            if L.w_gate_up is not None:
-                gu = be.linear(h, L.w_gate_up)  # (T, 2 * ffn_dim)
-                gate, up = gu[:, :cfg.ffn_dim], gu[:, cfg.ffn_dim:]
-            else:
-                gate, up = be.linear(h, L.w_gate), be.linear(h, L.w_up)
-            m = be.linear(be.gated(gate, up, cfg.act), L.w_down)
-            if cfg.sandwich_norm:
+            h = x if cfg.post_norm else be.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
+            m = self.moe(h, L) if L.experts is not None else self.mlp(h, L)
+            if cfg.sandwich_norm or cfg.post_norm:
                 m = be.rmsnorm(m, L.post_ffn_norm, cfg.norm_eps)
             x = be.add(x, m)
             if capture is not None:
@@ -174,3 +204,33 @@ class Transformer:
         if cfg.final_softcap:
             logits = be.softcap(logits, cfg.final_softcap)
         return be.to_host(logits)
+
+    def mlp(self, h: Any, m: LayerWeights | Expert) -> Any:
+        """down(act(gate(h)) * up(h)): (T, dim) -> (T, dim), a dense layer's MLP or one expert."""
+        be = self.be
+        if m.w_gate_up is not None:
+            width = self.cfg.expert_ffn_dim if isinstance(m, Expert) else self.cfg.ffn_dim
+            gu = be.linear(h, m.w_gate_up)  # (T, 2 * width)
+            gate, up = gu[:, :width], gu[:, width:]
+        else:
+            gate, up = be.linear(h, m.w_gate), be.linear(h, m.w_up)
+        return be.linear(be.gated(gate, up, self.cfg.act), m.w_down)
+
+    def moe(self, h: Any, L: LayerWeights) -> np.ndarray:
+        """Sparse MoE, as HuggingFace's Qwen3-MoE block: softmax over the router's logits, the top k kept
+        (renormalised to sum 1 with expert_weights_norm), each chosen expert's MLP on its tokens, the outputs
+        summed weighted. (T, dim) -> (T, dim) host array (see the module note)."""
+        cfg, be = self.cfg, self.be
+        logits = be.to_host(be.linear(h, L.router))  # (T, n_experts)
+        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+        top = np.argsort(-probs, axis=-1, kind="stable")[:, :cfg.n_experts_used]  # (T, k), highest first
+        weights = np.take_along_axis(probs, top, axis=-1)  # (T, k)
+        if cfg.expert_weights_norm:
+            weights /= weights.sum(axis=-1, keepdims=True)
+        out = np.zeros((len(logits), cfg.dim), np.float32)
+        for e in np.unique(top):  # ascending: every token sums its experts in the same order
+            rows, slot = np.nonzero(top == e)
+            y = be.to_host(self.mlp(be.take_rows(h, rows), L.experts[e]))  # (len(rows), dim)
+            out[rows] += y * weights[rows, slot, None]
+        return out

@@ -53,6 +53,8 @@ class ModelConfig:
     qk_norm: bool = False  # Qwen3/Gemma3: RMSNorm over each head of q and k before RoPE
     norm_offset: float = 0.0  # Gemma: norms scale by (offset + w), offset 1
     sandwich_norm: bool = False  # Gemma2/3: extra norms after attention and after the MLP
+    post_norm: bool = False  # OLMo2: no norm before attention / MLP, one on each output (before the residual add)
+    qk_norm_full: bool = False  # OLMo2: the q/k norms span all heads at once (n_heads*head_dim), not one head
     act: str = "silu"  # gated MLP activation: "silu" | "gelu_tanh"
     embed_scale: float = 1.0  # Gemma: embeddings multiplied by sqrt(dim)
     attn_scale: float = 0.0  # softmax scale; 0: 1/sqrt(head_dim)
@@ -62,6 +64,12 @@ class ModelConfig:
     window_pattern: tuple[bool, ...] = ()  # per layer: True = sliding-window layer; () with a window: every layer
     bos_id: int | None = None
     eos_ids: tuple[int, ...] = ()
+    # sparse mixture of experts (Qwen3-MoE): every layer's MLP is `n_experts` gated MLPs of width
+    # `expert_ffn_dim`, of which a router picks `n_experts_used` per token (softmax, then top-k)
+    n_experts: int = 0  # 0: a dense MLP of width ffn_dim
+    n_experts_used: int = 0  # top-k
+    expert_ffn_dim: int = 0  # each expert's inner width (moe_intermediate_size)
+    expert_weights_norm: bool = True  # the k chosen weights renormalised to sum 1 (norm_topk_prob)
     # derived in __post_init__
     layer_window: tuple[int, ...] = field(default=(), init=False)  # per layer: window size, 0 = global
     layer_rope_theta: tuple[float, ...] = field(default=(), init=False)  # per layer RoPE base
@@ -72,6 +80,10 @@ class ModelConfig:
             raise ConfigError(f"{self.arch}: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if self.act not in ("silu", "gelu_tanh"):
             raise ConfigError(f"{self.arch}: unknown activation {self.act!r}")
+        if self.n_experts and not 0 < self.n_experts_used <= self.n_experts:
+            raise ConfigError(f"{self.arch}: {self.n_experts_used} experts used per token of {self.n_experts}")
+        if self.post_norm and self.sandwich_norm:
+            raise ConfigError(f"{self.arch}: post_norm and sandwich_norm are exclusive")
         pattern = self.window_pattern or (bool(self.sliding_window),) * self.n_layers
         if len(pattern) != self.n_layers:
             raise ConfigError(f"{self.arch}: window pattern has {len(pattern)} entries for {self.n_layers} layers")

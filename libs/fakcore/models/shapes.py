@@ -26,15 +26,23 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         shapes["output.weight"] = (cfg.vocab_size, cfg.dim)
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
-        shapes |= {p + "attn_norm.weight": (cfg.dim,), p + "attn_q.weight": (q, cfg.dim), p + "attn_k.weight": (kv, cfg.dim),
-                   p + "attn_v.weight": (kv, cfg.dim), p + "attn_output.weight": (cfg.dim, q), p + "ffn_norm.weight": (cfg.dim,),
-                   p + "ffn_gate.weight": (cfg.ffn_dim, cfg.dim), p + "ffn_up.weight": (cfg.ffn_dim, cfg.dim),
-                   p + "ffn_down.weight": (cfg.dim, cfg.ffn_dim)}
+        shapes |= {p + "attn_q.weight": (q, cfg.dim), p + "attn_k.weight": (kv, cfg.dim),
+                   p + "attn_v.weight": (kv, cfg.dim), p + "attn_output.weight": (cfg.dim, q)}
+        if not cfg.post_norm:
+            shapes |= {p + "attn_norm.weight": (cfg.dim,), p + "ffn_norm.weight": (cfg.dim,)}
+        if cfg.n_experts:  # experts stacked on a first axis, as llama.cpp stores them
+            e, f = cfg.n_experts, cfg.expert_ffn_dim
+            shapes |= {p + "ffn_gate_inp.weight": (e, cfg.dim), p + "ffn_gate_exps.weight": (e, f, cfg.dim),
+                       p + "ffn_up_exps.weight": (e, f, cfg.dim), p + "ffn_down_exps.weight": (e, cfg.dim, f)}
+        else:
+            shapes |= {p + "ffn_gate.weight": (cfg.ffn_dim, cfg.dim), p + "ffn_up.weight": (cfg.ffn_dim, cfg.dim),
+                       p + "ffn_down.weight": (cfg.dim, cfg.ffn_dim)}
         if cfg.qkv_bias:
             shapes |= {p + "attn_q.bias": (q,), p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
         if cfg.qk_norm:
-            shapes |= {p + "attn_q_norm.weight": (cfg.head_dim,), p + "attn_k_norm.weight": (cfg.head_dim,)}
-        if cfg.sandwich_norm:
+            qn, kn = (q, kv) if cfg.qk_norm_full else (cfg.head_dim, cfg.head_dim)
+            shapes |= {p + "attn_q_norm.weight": (qn,), p + "attn_k_norm.weight": (kn,)}
+        if cfg.sandwich_norm or cfg.post_norm:
             shapes |= {p + "post_attention_norm.weight": (cfg.dim,), p + "post_ffw_norm.weight": (cfg.dim,)}
     return shapes
 
