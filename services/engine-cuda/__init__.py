@@ -1,1 +1,1 @@
-"""engine-cuda: the engine worker on one GPU (numba-cuda kernels). Not built yet: see main.py."""
+"""engine-cuda: the engine worker on one GPU: numba-cuda kernels (kernels.py) behind the backend interface (backend.py)."""

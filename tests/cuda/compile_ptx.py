@@ -1,0 +1,75 @@
+"""Compile every engine-cuda kernel to PTX with the real CUDA compiler (NVVM), with or without a GPU.
+
+    python tests/cuda/compile_ptx.py [services/engine-cuda/kernels.py]
+
+Needs numba-cuda and NVVM (`pip install "numba-cuda[cu12]"`). The simulator the tests use never compiles,
+so this is what catches, on a machine without a GPU, a kernel numba cannot type or one that computes in
+float64; bench/gpu_check.sh runs it first. Each signature is the one backend.py launches the kernel with.
+Not a test module (pytest does not collect it): it needs numba.cuda without the simulator.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+
+import numba.cuda.dispatcher
+from numba import cuda
+from numba import types as T
+
+# Device functions ask the current GPU for its compute capability; without one, compile for sm_80.
+numba.cuda.dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(8, 0))
+
+
+def array(dtype, ndim):
+    return T.Array(dtype, ndim, "C")
+
+
+def signatures(k) -> dict:
+    f32, u8, u16, i64, flag = T.float32, T.uint8, T.uint16, T.int64, T.boolean
+    m32, v32, x3, c4 = array(f32, 2), array(f32, 1), array(f32, 3), array(f32, 4)
+    ids = array(i64, 1)
+    sigs = {}
+    for q, (linear, lookup) in k.QUANT_KERNELS.items():
+        sigs[f"linear {q}"] = (linear, (array(u8, 2), v32, m32, v32, flag, m32))
+        sigs[f"lookup {q}"] = (lookup, (array(u8, 2), v32, ids, f32, m32))
+    sigs |= {
+        "linear_f32": (k.linear_f32, (m32, m32, v32, flag, m32)),
+        "linear_bits": (k.linear_bits, (array(u16, 2), v32, m32, v32, flag, m32)),
+        "lookup_f32": (k.lookup_f32, (m32, ids, f32, m32)),
+        "lookup_bits": (k.lookup_bits, (array(u16, 2), v32, ids, f32, m32)),
+        "rmsnorm": (k.rmsnorm, (m32, v32, f32, m32)),
+        "rope": (k.rope, (x3, ids, m32, m32, x3)),
+        "store_kv": (k.store_kv, (x3, x3, i64, i64, c4, c4, i64, i64)),
+        "attention": (k.attention, (x3, i64, i64, c4, c4, i64, i64, i64, f32, f32, x3, x3)),
+        "gated_silu": (k.gated_silu, (v32, v32, v32)),
+        "gated_gelu_tanh": (k.gated_gelu_tanh, (v32, v32, v32)),
+        "add_into": (k.add_into, (v32, v32, v32)),
+        "softcap": (k.softcap, (v32, f32, v32)),
+        "take_rows": (k.take_rows, (m32, ids, m32)),
+    }
+    return sigs
+
+
+def main(path: str) -> int:
+    spec = importlib.util.spec_from_file_location("kernels", path)
+    k = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(k)
+    bad = 0
+    for name, (kernel, sig) in signatures(k).items():
+        try:
+            ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(8, 0))
+        except Exception as exc:
+            bad += 1
+            print(f"FAIL {name}: {type(exc).__name__}: {str(exc)[:1500]}")
+            continue
+        f64 = ptx.count(".f64")
+        bad += bool(f64)
+        print(f"{'ok  ' if not f64 else 'FAIL'} {name:18s} {len(ptx):6d} chars of PTX, {f64} float64 ops")
+    print(f"compile_ptx: {bad} kernel(s) failed" if bad else "compile_ptx: every kernel compiles, float32 only")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "services/engine-cuda/kernels.py"))
