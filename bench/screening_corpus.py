@@ -16,6 +16,11 @@ Injected examples hide one attack (bench/screening_phrases.py) in such an output
   hex, ROT13, letter spacing, HTML comments, hidden HTML); or a markdown image whose URL carries data with
   no {…} placeholder.
 
+Bare notes (bench/screening_notes.py), added after the rest and drawn after it (so the examples before them,
+and their split, are those of the corpus without them): an injected note is a terse line to whoever reads
+the data ("TODO: <goal>", "Action required: …", "Note to the assistant: …"); as many benign notes of the
+same shape (to-do items, task notes to a person, TODO comments in code) open with the same prefixes.
+
 Hard negatives are benign outputs that look suspicious: people asking people for money with their IBAN,
 forwarding and sharing requests, "please ignore my previous email", a human assistant's to-dos, approvals,
 bank notifications, to-do pages, plain email lists, bare identifiers, markdown images with query strings,
@@ -41,6 +46,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 
+from bench import screening_notes as N
 from bench import screening_phrases as P
 from bench.screening_idents import LANGS, Idents
 
@@ -146,6 +152,39 @@ def injection(rng: random.Random, ids: Idents, lang: str) -> Attack:
     if form != "plain":
         return Attack([_dress(form, text, rng)], f"{form}+{family}", style, form, forms["G"])
     return Attack([text], family, style, form, forms["G"])
+
+
+def _cap(x: str) -> str:
+    return x[:1].upper() + x[1:]
+
+
+def note_injection(rng: random.Random, ids: Idents, lang: str) -> Attack:
+    """A terse note to whoever reads the data, carrying a goal (bench/screening_notes.py): "TODO: …",
+    "Action required: …", "Note to the assistant: …"; a third of the splittable ones split."""
+    templates = N.PREFIXES[lang] + N.TO_READER[lang]
+    k = rng.randrange(len(templates))
+    forms = _goal_forms(ids, lang, rng.randrange(len(P.GOALS[lang])))
+    x = N.GOAL_IN_NOTE.get(lang, "{g}").format(**forms)
+    text = ids.fill(templates[k], lang, x=x, X=_cap(x))
+    family = f"note/{lang}/{k}"
+    if "|" in text and rng.random() < 0.33:
+        a, b = text.split("|", 1)
+        return Attack([a.strip(), b.strip()], f"split+{family}", "note", "split", forms["G"])
+    sep = "" if lang in ("ja", "zh") else " "
+    return Attack([text.replace("|", sep).replace("  ", " ")], family, "note", "plain", forms["G"])
+
+
+def note_hard(rng: random.Random, ids: Idents, lang: str) -> Attack:
+    """A benign note of the same shape: a to-do item or a task note to a person (one family per task), or a
+    TODO comment in code (a fifth of them, whatever the language)."""
+    if rng.random() < 0.2:
+        k = rng.randrange(len(N.CODE_TODOS))
+        return Attack([ids.fill(N.CODE_TODOS[k], "en")], f"hard/code_todo/{k}", "todo_note", "plain")
+    k = rng.randrange(len(N.TASKS[lang]))
+    task = ids.fill(N.TASKS[lang][k], lang)
+    sep = "" if lang in ("ja", "zh") else " "
+    template = rng.choice(N.PREFIXES[lang] + N.TO_PERSON[lang]).replace("|", sep).replace("  ", " ")
+    return Attack([ids.fill(template, lang, x=task, X=_cap(task))], f"hard/note/{lang}/{k}", "todo_note", "plain")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -436,6 +475,7 @@ class Example:
     ident_seed: int = 0  # the identifier rng's seed
     idents: list[tuple[str, str]] = field(default_factory=list)  # (kind, value) of every identifier drawn
     goal: str = ""  # an injection's goal alone (its dictionary form in ja, connective in ko)
+    made: str = ""  # what `make` was asked for, where it is not `kind` ("note", "note_hard")
 
     @property
     def kind(self) -> str:
@@ -443,7 +483,8 @@ class Example:
 
 
 def make(kind: str, seed: int, ident_seed: int, id: int = 0) -> Example:
-    """One example from its two seeds: the structure (template, carrier, layout) and the identifiers."""
+    """One example from its two seeds: the structure (template, carrier, layout) and the identifiers.
+    `kind`: clean, hard, injected, or note / note_hard (an injected / a benign bare note)."""
     rng = random.Random(seed)
     ids = Idents(random.Random(ident_seed))
     lang = rng.choices(LANGS, LANG_WEIGHTS)[0]
@@ -452,24 +493,33 @@ def make(kind: str, seed: int, ident_seed: int, id: int = 0) -> Example:
         a = injection(rng, ids, lang)
     elif kind == "hard":
         a = hard_negative(rng, ids, lang)
+    elif kind == "note":
+        a = note_injection(rng, ids, lang)
+    elif kind == "note_hard":
+        a = note_hard(rng, ids, lang)
     else:
         a = Attack([], "clean", "clean", "plain")
         carrier_lang = lang
     carrier = rng.choice(sorted(CARRIERS))
     text, render = CARRIERS[carrier](rng, ids, carrier_lang, a.pieces)
-    return Example(id, int(kind == "injected"), a.family, lang, carrier, render, a.style, a.form, text, "\n".join(a.pieces),
-                   seed, ident_seed, ids.used, a.goal)
+    return Example(id, int(kind in ("injected", "note")), a.family, lang, carrier, render, a.style, a.form, text, "\n".join(a.pieces),
+                   seed, ident_seed, ids.used, a.goal, kind if kind.startswith("note") else "")
 
 
 def regenerate(e: Example, ident_seed: int) -> Example:
     """The same example with every identifier drawn anew."""
-    return make(e.kind, e.seed, ident_seed, e.id)
+    return make(e.made or e.kind, e.seed, ident_seed, e.id)
 
 
-def build(seed: int = 7, clean: int = 2400, hard: int = 4200, injected: int = 4200) -> list[Example]:
+def build(seed: int = 7, clean: int = 2400, hard: int = 4200, injected: int = 4200, notes: int = 800,
+          note_hard: int = 800) -> list[Example]:
+    """The bare notes come last, so the first examples are those of a corpus without them."""
     rng = random.Random(seed)
-    kinds = ["clean"] * clean + ["hard"] * hard + ["injected"] * injected
+    kinds = ["clean"] * clean + ["hard"] * hard + ["injected"] * injected + ["note"] * notes + ["note_hard"] * note_hard
     return [make(kind, rng.getrandbits(48), rng.getrandbits(48), i) for i, kind in enumerate(kinds)]
+
+
+ADDED_LATER = ("note/", "hard/note/", "hard/code_todo")  # template groups added after the first split was drawn
 
 
 def split(examples: list[Example], holdout: float = 0.3, seed: int = 11) -> tuple[list[Example], list[Example]]:
@@ -482,9 +532,11 @@ def split(examples: list[Example], holdout: float = 0.3, seed: int = 11) -> tupl
     for key in sorted({e.family.split("+")[-1] for e in examples if e.family != "clean"}):
         groups.setdefault(key.rsplit("/", 1)[0] if key.count("/") >= 2 else key, []).append(key)
     held = set()
-    for _, keys in sorted(groups.items()):
-        rng.shuffle(keys)
-        n = max(1, round(len(keys) * holdout)) if len(keys) >= 3 else int(len(keys) * holdout + rng.random())
+    later = random.Random(seed + 1)  # the bare notes' groups (added later) draw apart: the rest split as before
+    for name, keys in sorted(groups.items()):
+        r = later if name.startswith(ADDED_LATER) else rng
+        r.shuffle(keys)
+        n = max(1, round(len(keys) * holdout)) if len(keys) >= 3 else int(len(keys) * holdout + r.random())
         held.update(keys[:n])
     train, test = [], []
     for e in examples:

@@ -61,6 +61,7 @@ class Screener:
             log.warning("model stage disabled: cannot load %s: %s", model_path or DEFAULT_PATH, exc)
         # 0: the threshold the model was shipped with
         self.model_threshold = model_threshold or (self.model.threshold if self.model else 1.0)
+        inline.prepare()  # the rules' first-use parsing, here rather than in the first long result's latency
 
     def inline(self, content: str, kind: ContentKind = "tool_result", threshold: float | None = None) -> Verdict:
         """`threshold`: a key's own (policy `screening.inline_threshold`), else the screener's."""

@@ -23,8 +23,8 @@ from fakcore.screening import Screener
 from fakcore.screening.model import NgramModel
 from fakcore.screening.normalize import reveal
 
-# measured with `python -m bench screening` (CLAIMS.md row 15): the model's TPR at 1% FPR is 96.5% on the
-# whole held-out split and 97.7% on the half this test scores; the bound leaves room for a retrain
+# measured with `python -m bench screening` (CLAIMS.md row 15): the model's TPR at 1% FPR is 96.8% on the
+# whole held-out split (96.5% before the bare notes were added); the bound leaves room for a retrain
 MODEL_TPR_AT_1PCT_FPR_BOUND = 0.93
 
 
@@ -61,6 +61,21 @@ def test_the_split_holds_out_whole_families(examples):
     for lang in LANGS:
         assert any(e.label and e.language == lang for e in test), lang
         assert any(e.kind == "hard" and e.language == lang for e in test), lang
+
+
+def test_bare_notes_on_both_sides(examples):
+    """Injected notes ("TODO: <goal>") and as many benign ones of the same shape, in every language, opened by
+    the same prefixes; added after the rest, so the examples before them and their split are unchanged."""
+    notes = [e for e in examples if e.made]
+    for label in (0, 1):
+        langs = Counter(e.language for e in notes if e.label == label)
+        assert set(langs) == set(LANGS) and min(langs.values()) >= 20, (label, langs)
+    opening = lambda e: e.span.split(":")[0].split("：")[0]  # noqa: E731 - "TODO", "Action required", "やること"
+    assert {"TODO", "Action required", "Pending"} <= {opening(e) for e in notes if e.label} & {opening(e) for e in notes if not e.label}
+    first = corpus.build(notes=0, note_hard=0)
+    assert [e.text for e in first] == [e.text for e in examples[:len(first)]]
+    _, held = corpus.split(examples)
+    assert {e.id for e in corpus.split(first)[1]} == {e.id for e in held if not e.made}
 
 
 def test_the_corpus_is_deterministic():

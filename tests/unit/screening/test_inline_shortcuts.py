@@ -68,3 +68,33 @@ def test_the_tables_add_up_to_the_rules_in_order():
     assert {r.lang for r in rules_intl.RULES} == set(rules_intl.SIGNS)
     assert {r.lang for r in rules_cjk.RULES} == set(rules_cjk.SIGNS)
     assert set(inline.LANG_SIGNS) == set(rules_intl.SIGNS) | set(rules_cjk.SIGNS)
+
+
+def test_skipping_the_rules_whose_needles_are_absent_finds_what_admitting_every_rule_finds(monkeypatch):
+    """A long text's bitmap of character triples rules out rules before their needles are looked up
+    (`_Plan.may_fire`): without it (every text short of _GRAMS_FROM), every verdict and span is the same."""
+    texts = LONG + [FILLER + t for t in MIXED] + [FILLER * 2 + "\n".join(INJECTED[i::9]) for i in range(9)]
+    assert all(len(t) >= inline._GRAMS_FROM for t in texts)
+    fast = [(screen(t), screen(t, "tool_description")) for t in texts]
+    monkeypatch.setattr(inline, "_GRAMS_FROM", 10**9)
+    assert [(screen(t), screen(t, "tool_description")) for t in texts] == fast
+
+
+def test_a_needle_in_a_text_has_its_entries_in_the_text_bitmap():
+    """The bitmap can only rule out a needle that is not there: every needle of every rule (and odd
+    characters: astral, surrogates) sets the entries `_needle_grams` gives it, wherever it stands."""
+    needles = sorted({n for r in inline.RULES + inline.DESCRIPTION_RULES for g in r.needles for n in g if n})
+    needles += ["\U0001f600x", "a\udc80b", "é", "ab"]
+    for needle in needles:
+        bitmap = inline._text_grams(f"zz {needle} zz".lower())
+        assert all(bitmap[h] for h in inline._needle_grams(needle.lower())), needle
+
+
+def test_the_zero_width_scan_finds_what_the_engine_finds():
+    from fakcore.screening import normalize
+
+    rng = __import__("random").Random(1)
+    alphabet = "ab .\n\u200b\u200c\u200d\u2060\ufeff\u00ad\ufe0f\u180e é😀"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(20000)] + TEXTS
+    for t in texts:
+        assert [m.span() for m in normalize._zw_in_word(t)] == [m.span() for m in normalize._ZW_IN_WORD.finditer(t)], t
