@@ -170,6 +170,7 @@ def main(argv: list[str]) -> int:
     rows: list[tuple[str, dict[str, float]]] = []
     if not args.skip_llama:
         rows.append(("llama.cpp", llamacpp.run_llama_bench(gguf, args.threads, args.pp, args.tg, args.reps)))
+        print("llama.cpp: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in rows[-1][1].items()), flush=True)
     modes = args.activations.split(",") if args.backend == "numba" else [""]
     models, loads = {}, {}
     for mode in modes:
@@ -179,6 +180,7 @@ def main(argv: list[str]) -> int:
         models[name] = load_model(args.model, backend)
         loads[name] = time.perf_counter() - t0
         rows.append((name, fak_pp_tg(models[name], args.pp, args.tg, args.reps)))
+        print(f"{name}: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in rows[-1][1].items()), flush=True)
     if not args.skip_hf:
         rows.append(("HF transformers (f32)", hf_pp_tg(gguf, args.threads, args.pp, args.tg, args.reps)))
     streams = {name: {int(n): fak_streams(model, int(n)) for n in args.streams.split(",")} for name, model in models.items()}
@@ -200,7 +202,7 @@ def main(argv: list[str]) -> int:
                   "| streams | tok/s | vs 1 stream |", "|---|---|---|"]
         lines += [f"| {n} | {v:.1f} | {v / by_n[min(by_n)]:.2f}x |" for n, v in by_n.items()]
     for name, (same, forced, total) in agreement.items():
-        lines += ["", f"{name} against the f32 reference, 3 chat prompts x 64 greedy tokens: identical up to the first "
+        lines += ["", f"{name} against the f32 reference, 3 prompts x 64 greedy tokens: identical up to the first "
                       f"divergence {same}/{total} ({100 * same / total:.1f}%); same argmax given the same context "
                       f"(teacher forcing) {forced}/{total} ({100 * forced / total:.1f}%)"]
     text = "\n".join(lines)
@@ -232,7 +234,10 @@ def greedy_agreement(model, model_ref, prompts=("What is the capital of France?"
 
     same = forced = 0
     for p in prompts:
-        ids = build_prompt(model_ref, GenerateRequest(request_id="b", model="m", messages=[ChatMessage(role="user", content=p)])).ids
+        if model_ref.template is None:  # raw prompts only (Gemma-3-270M's GGUF ships no chat template)
+            ids = model_ref.tokenizer.encode(p, add_bos=model_ref.tokenizer.add_bos)
+        else:
+            ids = build_prompt(model_ref, GenerateRequest(request_id="b", model="m", messages=[ChatMessage(role="user", content=p)])).ids
         a, b = greedy(model_ref, ids), greedy(model, ids)
         same += next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), n)
         seq = ids + a[:-1]

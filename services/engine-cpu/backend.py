@@ -1,7 +1,8 @@
 """The fast CPU backend: numba kernels over weights that stay quantized.
 
 Implements fakcore.engine.backend.Backend. Weights are repacked once at load into small integers with a
-float32 scale and offset per sub-block (formats/quants/unpack.py); float tensors stay float32. Two ways to
+float32 scale and offset per sub-block (formats/quants/unpack.py; no offsets for the types that have none:
+Q8_0, Q5_0, Q6_K, Q3_K, so neither their bytes nor their work); float tensors stay float32. Two ways to
 multiply, chosen by `activations`:
 
 - "f32": kernels.py dequantizes one weight row at a time into a per-thread buffer and multiplies
@@ -36,6 +37,7 @@ NIBBLE_TYPES = ("Q4_0", "Q4_1", "Q4_K")  # 4-bit values: kept two to a byte
 ACTIVATIONS = ("auto", "f32", "int8")
 
 log = logging.getLogger("fak.engine-cpu")
+_NO_OFFSETS = np.zeros((0, 0), np.float32)  # what an int8 kernel of a type without offsets gets (and ignores)
 
 
 @dataclass
@@ -45,13 +47,15 @@ class QMatrix:
 
     layout "nib": 4-bit values two to a byte, q uint8 (rows, subs, 16), byte j holding elements j (low
                   nibble) and j + 16 (high nibble) of its 32-element sub-block;
-    layout "i8":  one int8 per value, q (rows, subs, sub);
-    layout "u8":  one byte per value shifted to 0..255 (int8 + 128, the offset corrected), for VNNI's
-                  unsigned-by-signed products, q uint8 (rows, subs, sub)."""
+    layout "i8":  one int8 per value, q (rows, subs, sub); with int8 activations only for the types
+                  without offsets (Q8_0, Q5_0, Q6_K, Q3_K: w = scale * q);
+    layout "u8":  (int8 activations) one byte per value shifted to 0..255 (int8 + 128, the offset
+                  corrected), for the types with offsets, q uint8 (rows, subs, sub).
+    offset is None where every offset is zero: those kernels skip the offset (bytes and work)."""
 
     q: np.ndarray
-    scale: np.ndarray  # (rows, subs) float32
-    offset: np.ndarray  # (rows, subs) float32
+    scale: np.ndarray  # (rows, subs) float32, or half bits (uint16) on the int8 path where exact
+    offset: np.ndarray | None  # (rows, subs) float32; None: all zero
     qtype: str
     layout: str
 
@@ -78,6 +82,13 @@ def _as_half_if_exact(values: np.ndarray) -> np.ndarray:
 def _as_float(values: np.ndarray) -> np.ndarray:
     """Scales/offsets as float32, whether stored as float32 or as half bits."""
     return values.view(np.float16).astype(np.float32) if values.dtype == np.uint16 else np.ascontiguousarray(values)
+
+
+def _offsets(w: QMatrix, rows: np.ndarray | None = None) -> np.ndarray:
+    """A matrix's offsets (of `rows`, default all) as float32, zeros where it stores none."""
+    if w.offset is None:
+        return np.zeros((w.q.shape[0] if rows is None else len(rows), w.q.shape[1]), np.float32)
+    return np.ascontiguousarray(w.offset if rows is None else w.offset[rows])
 
 
 def pack_nibbles(q: np.ndarray) -> np.ndarray:
@@ -198,17 +209,17 @@ class NumbaBackend:
                     q = q + np.int8(8)
                     offset = offset - np.float32(8.0) * scale
                 q, layout = pack_nibbles(q), "nib"
-            elif self.activations == "int8":  # unsigned bytes (signed types: q + 128, offset - 128 d)
+            elif self.activations == "int8" and offset.any():  # unsigned bytes (signed ones: q + 128, offset - 128 d)
                 if q.min() < 0:
                     q = (q.astype(np.int16) + 128).astype(np.uint8)
                     offset = offset - np.float32(128.0) * scale
                 q, layout = q.astype(np.uint8), "u8"
-            else:
+            else:  # int8 values; on the int8 path only types without offsets (signed bytes x signed bytes)
                 layout = "i8"
             if self.activations == "int8":  # offsets stay float32: their share is summed outside the integer loop
                 scale = _as_half_if_exact(scale)
-            w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale), np.ascontiguousarray(offset), t.qtype,
-                        layout)
+            w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale),
+                        np.ascontiguousarray(offset) if offset.any() else None, t.qtype, layout)
         else:
             raise BackendError(f"{t.source}: tensor {t.name!r}: the numba backend has no kernel for {t.qtype}")
         return w
@@ -228,10 +239,12 @@ class NumbaBackend:
             return np.ascontiguousarray(np.concatenate(weights, axis=0))
         if all(isinstance(w, QMatrix) for w in weights):
             first = weights[0]
-            if all(w.layout == first.layout and w.q.shape[1:] == first.q.shape[1:] for w in weights):
+            if all(w.layout == first.layout and w.q.shape[1:] == first.q.shape[1:] and w.scale.dtype == first.scale.dtype
+                   for w in weights):
+                offsets = None if all(w.offset is None for w in weights) else np.concatenate([_offsets(w) for w in weights])
                 return QMatrix(np.ascontiguousarray(np.concatenate([w.q for w in weights])),
                                np.ascontiguousarray(np.concatenate([w.scale for w in weights])),
-                               np.ascontiguousarray(np.concatenate([w.offset for w in weights])),
+                               None if offsets is None else np.ascontiguousarray(offsets),
                                "+".join(sorted({w.qtype for w in weights})), first.layout)
         return None
 
@@ -240,7 +253,7 @@ class NumbaBackend:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if isinstance(table, QMatrix):
             out = np.empty((len(ids), table.shape[1]), np.float32)
-            q, sc, off = table.q[ids], _as_float(table.scale[ids]), _as_float(table.offset[ids])  # the rows asked for
+            q, sc, off = table.q[ids], _as_float(table.scale[ids]), _offsets(table, ids)  # the rows asked for
             rows = np.arange(len(ids), dtype=np.int64)
             (self.k.embed_q4 if table.nibbles else self.k.embed_q)(q, sc, off, rows, np.float32(scale), out)
             return out
@@ -251,11 +264,15 @@ class NumbaBackend:
         x = np.ascontiguousarray(x, dtype=np.float32)
         if isinstance(w, QMatrix) and self.activations == "int8":
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
-            layout = "nib" if w.nibbles else f"u8_{w.sub}"
-            self._linear8[layout, w.scale.dtype == np.uint16](w.q, w.scale, w.offset, x, out)
+            layout = "nib" if w.nibbles else f"{w.layout}_{w.sub}"
+            m = _NO_OFFSETS if w.layout == "i8" else _offsets(w)  # "i8" kernels read none; the others every one
+            self._linear8[layout, w.scale.dtype == np.uint16](w.q, w.scale, m, x, out)
         elif isinstance(w, QMatrix):
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
-            (self.k.linear_q4 if w.nibbles else self.k.linear_q)(w.q, w.scale, w.offset, x, out)
+            if w.offset is None:
+                (self.k.linear_q4_scaled if w.nibbles else self.k.linear_q_scaled)(w.q, w.scale, x, out)
+            else:
+                (self.k.linear_q4 if w.nibbles else self.k.linear_q)(w.q, w.scale, w.offset, x, out)
         else:
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
             self.k.linear_f32(w, x, out)

@@ -8,8 +8,10 @@ and offset m per sub-block, w = d * u + m. Then
 
 where u . xq is an exact integer dot product, computed as 8 lanes of 32 bits, lane i summing the products of
 bytes 4i..4i+3 (the layout of AVX-512 VNNI's `vpdpbusd`), and X_s = dx * sum(xq) over the sub-block's
-elements. The integer sums are exact; the float work is a fixed sequence per (row, token) - so the path is
-batch-invariant like the f32 one, but not bit-equal to it (activations are rounded to 8 bits).
+elements. The types without offsets (Q8_0, Q5_0, Q6_K, Q3_K: w = d * q, q signed) keep q as signed bytes
+("i8") and drop the second sum: no offset bytes to read, no shift to undo. The integer sums are exact; the
+float work is a fixed sequence per (row, token) - so the path is batch-invariant like the f32 one, but not
+bit-equal to it (activations are rounded to 8 bits).
 
 Two instruction sets compute those lanes (ISAS; the backend picks the best one the CPU has):
 - "avx512-vnni": one `vpdpbusd` per 32 elements (unsigned x signed bytes, four products per lane);
@@ -55,23 +57,34 @@ def best_isa() -> str | None:
 _I1, _I8, _I16, _I32, _I64, _F32 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType()
 _V16I8, _V32I8, _V16I16, _V8I32, _V8F32 = (ir.VectorType(_I8, 16), ir.VectorType(_I8, 32), ir.VectorType(_I16, 16),
                                            ir.VectorType(_I32, 8), ir.VectorType(_F32, 8))
+_V2I16, _V2F32 = ir.VectorType(_I16, 2), ir.VectorType(_F32, 2)
 
 
 class _Vnni:
-    """u . x in one `vpdpbusd` (unsigned bytes u x signed bytes x, four products summed per 32-bit lane)."""
+    """u . x in one `vpdpbusd` (unsigned bytes u x signed bytes x, four products summed per 32-bit lane).
+    Signed weights w ("i8"): vpdpbusd(|w|, x carrying w's sign), exactly w . x (as _Avx2 does, unsaturated)."""
 
-    def __init__(self, builder: ir.IRBuilder, nibbles: bool):
-        self.builder = builder
+    def __init__(self, builder: ir.IRBuilder, kind: str):
+        self.builder, self.kind = builder, kind
         self.vpdpbusd = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.256",
                                                          fnty=ir.FunctionType(_V8I32, [_V8I32, _V8I32, _V8I32]))
+        if kind == "i8":
+            self.sign = builder.module.declare_intrinsic("llvm.x86.avx2.psign.b", fnty=ir.FunctionType(_V32I8, [_V32I8, _V32I8]))
+            self.abs = builder.module.declare_intrinsic("llvm.abs.v32i8", fnty=ir.FunctionType(_V32I8, [_V32I8, _I1]))
 
     def token(self, x: ir.Value):  # x: one token's 32 int8 activations (v32i8)
-        return self.builder.bitcast(x, _V8I32)
+        return x if self.kind == "i8" else self.builder.bitcast(x, _V8I32)
 
-    def row(self, u: ir.Value):  # u: one row's 32 weight bytes (v32i8, read as unsigned)
+    def row(self, u: ir.Value):  # u: one row's 32 weight bytes (v32i8; unsigned, or signed for "i8")
+        if self.kind == "i8":
+            return self.builder.bitcast(self.builder.call(self.abs, [u, ir.Constant(_I1, 0)]), _V8I32), u
         return self.builder.bitcast(u, _V8I32)
 
     def dot(self, row, token) -> ir.Value:  # -> v8i32, lane i = sum of products of bytes 4i..4i+3
+        if self.kind == "i8":
+            (a, w), x = row, token
+            return self.builder.call(self.vpdpbusd, [ir.Constant(_V8I32, None), a,
+                                                     self.builder.bitcast(self.builder.call(self.sign, [x, w]), _V8I32)])
         return self.builder.call(self.vpdpbusd, [ir.Constant(_V8I32, None), row, token])
 
 
@@ -84,16 +97,17 @@ class _Avx2:
     Both work lane by lane (no crossing between 128-bit halves), so lane i is vpdpbusd's lane i. With
     activations in -127..127 (never -128: quantize_activations rounds to +-127):
 
-    nibbles (u in 0..15): a pair sums to at most 2 * 15 * 127 = 3810, so u . x goes in directly.
-    bytes (u in 0..255):  u * x pairs can reach 2 * 255 * 127 = 64770 and would saturate. So, as llama.cpp
-        does for signed weights, take w = u - 128 (u xor 0x80, in -128..127) and multiply |w| (0..128,
-        unsigned: |-128| is the byte 0x80, which reads as 128) by x carrying w's sign (`vpsignb`, in
-        -127..127): pairs stay within 2 * 128 * 127 = 32512. Then u . x = w . x + 128 * sum(x), the last
-        term a token's own lanes (once per block, shared by every row) added in 32 bits.
+    "nib" (u in 0..15): a pair sums to at most 2 * 15 * 127 = 3810, so u . x goes in directly.
+    "i8" (signed w in -128..127), as llama.cpp does: multiply |w| (0..128, unsigned: |-128| is the byte
+        0x80, which reads as 128) by x carrying w's sign (`vpsignb`, in -127..127): pairs stay within
+        2 * 128 * 127 = 32512, and the lanes are w . x.
+    "u8" (u in 0..255): u * x pairs can reach 2 * 255 * 127 = 64770 and would saturate. So take w = u - 128
+        (u xor 0x80) through the "i8" steps, then u . x = w . x + 128 * sum(x), the last term a token's
+        own lanes (once per block, shared by every row) added in 32 bits.
     Every step is exact, so the lanes equal vpdpbusd's bit for bit."""
 
-    def __init__(self, builder: ir.IRBuilder, nibbles: bool):
-        self.builder, self.nibbles = builder, nibbles
+    def __init__(self, builder: ir.IRBuilder, kind: str):
+        self.builder, self.kind = builder, kind
         module = builder.module
         self.maddubs = module.declare_intrinsic("llvm.x86.avx2.pmadd.ub.sw", fnty=ir.FunctionType(_V16I16, [_V32I8, _V32I8]))
         self.maddwd = module.declare_intrinsic("llvm.x86.avx2.pmadd.wd", fnty=ir.FunctionType(_V8I32, [_V16I16, _V16I16]))
@@ -104,34 +118,36 @@ class _Avx2:
         return self.builder.call(self.maddwd, [self.builder.call(self.maddubs, [u, x]), ir.Constant(_V16I16, [1] * 16)])
 
     def token(self, x: ir.Value):
-        if self.nibbles:
+        if self.kind != "u8":
             return x, None
         return x, self.builder.call(self.maddwd, [self.builder.call(self.maddubs, [ir.Constant(_V32I8, [1] * 32), x]),
                                                   ir.Constant(_V16I16, [128] * 16)])  # 128 * sum(x) per lane
 
     def row(self, u: ir.Value):
-        if self.nibbles:
+        if self.kind == "nib":
             return u, None
-        w = self.builder.xor(u, ir.Constant(_V32I8, [-128] * 32))
+        w = self.builder.xor(u, ir.Constant(_V32I8, [-128] * 32)) if self.kind == "u8" else u
         return self.builder.call(self.abs, [w, ir.Constant(_I1, 0)]), w
 
     def dot(self, row, token) -> ir.Value:
         (u, w), (x, shift) = row, token
-        if self.nibbles:
+        if self.kind == "nib":
             return self._pairs_of_pairs(u, x)
-        return self.builder.add(self._pairs_of_pairs(u, self.builder.call(self.sign, [x, w])), shift)
+        signed = self._pairs_of_pairs(u, self.builder.call(self.sign, [x, w]))
+        return signed if shift is None else self.builder.add(signed, shift)
 
 
 EMITTERS = {"avx512-vnni": _Vnni, "avx2": _Avx2}
 
 
-def lane_kernel(isa: str, nibbles: bool):
-    """A jitted lanes(u (N, 32) uint8, x (N, 32) int8, out (N, 8) int32): each block's integer lanes as
-    `isa` computes them inside the matmul kernels, so tests can hold them to their definition."""
+def lane_kernel(isa: str, kind: str):
+    """A jitted lanes(u (N, 32) weight bytes, x (N, 32) int8, out (N, 8) int32): each block's integer lanes
+    as `isa` computes them inside the matmul kernels for weights of `kind` ("nib": values 0..15, "u8":
+    unsigned bytes, "i8": signed bytes; unpacked), so tests can hold them to their definition."""
 
     def codegen(context, builder, signature, args):
         u, x, out = (context.make_array(t)(context, builder, a) for t, a in zip(signature.args, args, strict=True))
-        emit = EMITTERS[isa](builder, nibbles)
+        emit = EMITTERS[isa](builder, kind)
         load = lambda arr: builder.load(builder.bitcast(arr.data, _V32I8.as_pointer()), align=1)  # noqa: E731
         builder.store(emit.dot(emit.row(load(u)), emit.token(load(x))), builder.bitcast(out.data, _V8I32.as_pointer()), align=1)
         return context.get_dummy_value()
@@ -165,7 +181,7 @@ def _hsum(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)), builder.extract_element(v2, ir.Constant(_I32, 1)))
 
 
-def _rows_codegen(isa: str, nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
+def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, half: bool):
     """IR writing out[t0 + k, r0 + g] (g < group, k < tokens) for consecutive weight rows and tokens:
 
         out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb),   scale_rt(b) = d_rb * dx_tb
@@ -176,7 +192,8 @@ def _rows_codegen(isa: str, nibbles: bool, sub16: bool, group: int, tokens: int,
     latency. A chain's operations and their order do not depend on `group` or `tokens`, so any grouping
     gives the same bits: the kernels built on this are batch-invariant.
 
-    nibbles: u packed two per byte (16 bytes per block: low nibble element j, high element j + 16).
+    kind:    "nib": u packed two per byte (16 bytes per block: low nibble element j, high element j + 16);
+             "u8": unsigned bytes; "i8": signed bytes (then the type has no offsets: none to add).
     sub16:   a scale per 16 elements (lanes 0-3 and 4-7 of a block's partial sums get different scales).
     half:    d holds IEEE half floats (uint16 bits), widened on load (vcvtph2ps): half the bytes.
     isa:     which instructions compute the integer lanes (EMITTERS); the float work is the same for all."""
@@ -187,7 +204,8 @@ def _rows_codegen(isa: str, nibbles: bool, sub16: bool, group: int, tokens: int,
         w, r0, xq, t0, d, xd, out = arrays
         blocks = builder.extract_value(xd.shape, 1)
         module = builder.module
-        emit = EMITTERS[isa](builder, nibbles)
+        emit = EMITTERS[isa](builder, kind)
+        nibbles = kind == "nib"
         fma = module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F32, [_V8F32, _V8F32, _V8F32]))
         i8p = _I8.as_pointer()
         prefetch = module.declare_intrinsic("llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]))
@@ -236,7 +254,7 @@ def _rows_codegen(isa: str, nibbles: bool, sub16: bool, group: int, tokens: int,
         for k in range(tokens):
             x = builder.load(builder.bitcast(builder.gep(xrows[k], [builder.mul(b, const(32))]), _V32I8.as_pointer()), align=1)
             xs.append(emit.token(x))
-            dxs.append(builder.load(builder.gep(xdrows[k], [b])))
+            dxs.append(_splat(builder, builder.load(builder.gep(xdrows[k], [b]))))
         new_accs = {}
         for g in range(group):
             if nibbles:
@@ -250,19 +268,20 @@ def _rows_codegen(isa: str, nibbles: bool, sub16: bool, group: int, tokens: int,
                 u = builder.load(builder.bitcast(builder.gep(wrows[g], [builder.mul(b, const(32))]), _V32I8.as_pointer()),
                                  align=1)
             u = emit.row(u)
+            # the row's scale in every lane (sub16: the first sub-block's in lanes 0-3, the second's in 4-7),
+            # built once per row and block; a chain's scale d * dx is then one vector multiply
             if sub16:
-                d0, d1 = scalar(builder.gep(drows[g], [two_b])), scalar(builder.gep(drows[g], [builder.add(two_b, one)]))
+                pair = builder.load(builder.bitcast(builder.gep(drows[g], [two_b]), (_V2I16 if half else _V2F32).as_pointer()),
+                                    align=2 if half else 4)
+                if half:
+                    pair = builder.fpext(builder.bitcast(pair, ir.VectorType(ir.HalfType(), 2)), _V2F32)
+                dg = builder.shuffle_vector(pair, pair, ir.Constant(ir.VectorType(_I32, 8), [0, 0, 0, 0, 1, 1, 1, 1]))
             else:
-                dg = scalar(builder.gep(drows[g], [b]))
+                dg = _splat(builder, scalar(builder.gep(drows[g], [b])))
             for k in range(tokens):
                 c = (g, k)
                 isum = emit.dot(u, xs[k])
-                if sub16:
-                    s0, s1 = _splat(builder, builder.fmul(d0, dxs[k])), _splat(builder, builder.fmul(d1, dxs[k]))
-                    scale = builder.shuffle_vector(s0, s1, ir.Constant(ir.VectorType(_I32, 8), [0, 1, 2, 3, 12, 13, 14, 15]))
-                else:
-                    scale = _splat(builder, builder.fmul(dg, dxs[k]))
-                new_accs[c] = builder.call(fma, [builder.sitofp(isum, _V8F32), scale, accs[c]])
+                new_accs[c] = builder.call(fma, [builder.sitofp(isum, _V8F32), builder.fmul(dg, dxs[k]), accs[c]])
         b2 = builder.add(b, one)
         b.add_incoming(b2, builder.block)
         for c in chains:
@@ -283,14 +302,14 @@ def _rows_codegen(isa: str, nibbles: bool, sub16: bool, group: int, tokens: int,
     return codegen
 
 
-def _make_rows(isa: str, nibbles: bool, sub16: bool, group: int, tokens: int, half: bool):
+def _make_rows(isa: str, kind: str, sub16: bool, group: int, tokens: int, half: bool):
     @intrinsic
     def rows(typingctx, w, r0, xq, t0, d, xd, out):
-        return types.none(w, r0, xq, t0, d, xd, out), _rows_codegen(isa, nibbles, sub16, group, tokens, half)
+        return types.none(w, r0, xq, t0, d, xd, out), _rows_codegen(isa, kind, sub16, group, tokens, half)
 
     # The linear kernels hold these in their closures, and numba's cache key hashes a closure's pickle,
     # which holds an intrinsic's uuid: a random one (numba's default) would miss the cache in every process.
-    rows._set_uuid(f"fak.vnni.rows:{isa}:{int(nibbles)}{int(sub16)}{int(half)}:{group}x{tokens}")
+    rows._set_uuid(f"fak.vnni.rows:{isa}:{kind}{int(sub16)}{int(half)}:{group}x{tokens}")
     return rows
 
 
@@ -299,7 +318,7 @@ PREFETCH_GROUPS = 2  # software prefetch distance, in groups of rows
 # pipeline busy, and a row's unpacked bytes serve every token. AVX2 has 16 vector registers, not 32.
 TILES = {"avx512-vnni": (4, 4), "avx2": (4, 2)}
 # One kind per (layout, scales stored as half); each has intrinsics for a full tile, rows x 1 token, 1 x 1.
-KINDS = [("nib", False), ("nib", True), ("u8_32", False), ("u8_32", True), ("u8_16", False), ("u8_16", True)]
+KINDS = [(layout, half) for layout in ("nib", "u8_32", "u8_16", "i8_32", "i8_16") for half in (False, True)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -307,29 +326,34 @@ KINDS = [("nib", False), ("nib", True), ("u8_32", False), ("u8_32", True), ("u8_
 # ---------------------------------------------------------------------------------------------------------
 
 
-@njit(fastmath=FAST, cache=True)
-def quantize_activations(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np.ndarray) -> None:
-    """x (T, K) f32 -> xq (T, K) int8, xd (T, K/32) block scales, xs16 (T, K/16) = dx * sum(xq) per 16.
+@njit(fastmath=FAST, inline="always", cache=True)
+def _quantize_token(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np.ndarray) -> None:
+    """One token's x (K,) f32 -> xq (K,) int8, xd (K/32,) block scales, xs16 (K/16,) = dx * sum(xq) per 16.
 
     xq = round-half-to-even(x / dx) with dx = max|x| / 127 per 32-element block (0 for an all-zero block)."""
-    T, K = x.shape
-    for t in range(T):
-        for b in range(K // 32):
-            blk = x[t, b * 32:b * 32 + 32]
-            amax = np.float32(0.0)
-            for j in range(32):
-                amax = max(amax, abs(blk[j]))
-            d = amax / np.float32(127.0)
-            inv = np.float32(127.0) / amax if amax > np.float32(0.0) else np.float32(0.0)
-            xd[t, b] = d
-            out = xq[t, b * 32:b * 32 + 32]
-            for j in range(32):
-                out[j] = np.int8(np.rint(blk[j] * inv))
-            for half in range(2):
-                total = 0
-                for j in range(16):
-                    total += out[half * 16 + j]
-                xs16[t, b * 2 + half] = d * np.float32(total)
+    for b in range(x.shape[0] // 32):
+        blk = x[b * 32:b * 32 + 32]
+        amax = np.float32(0.0)
+        for j in range(32):
+            amax = max(amax, abs(blk[j]))
+        d = amax / np.float32(127.0)
+        inv = np.float32(127.0) / amax if amax > np.float32(0.0) else np.float32(0.0)
+        xd[b] = d
+        out = xq[b * 32:b * 32 + 32]
+        for j in range(32):
+            out[j] = np.int8(np.rint(blk[j] * inv))
+        for half in range(2):
+            total = 0
+            for j in range(16):
+                total += out[half * 16 + j]
+            xs16[b * 2 + half] = d * np.float32(total)
+
+
+@njit(fastmath=FAST, cache=True)
+def quantize_activations(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np.ndarray) -> None:
+    """x (T, K) f32 -> xq (T, K) int8, xd (T, K/32), xs16 (T, K/16): _quantize_token for every token."""
+    for t in range(x.shape[0]):
+        _quantize_token(x[t], xq[t], xd[t], xs16[t])
 
 
 @njit(fastmath=FAST, inline="always", cache=True)
@@ -345,20 +369,27 @@ def _offset(m: np.ndarray, X: np.ndarray, r: int, t: int) -> np.float32:
 
 def _make_linear(isa: str, layout: str, half: bool):
     group, tokens = TILES[isa]
-    nibbles, sub16 = layout == "nib", layout == "u8_16"
-    tile, rows_one, one_one = (_make_rows(isa, nibbles, sub16, g, t, half) for g, t in ((group, tokens), (group, 1), (1, 1)))
+    kind, sub16 = layout[:3], layout.endswith("_16")
+    offsets = kind != "i8"  # signed bytes: a type without offsets
+    tile, rows_one, one_one = (_make_rows(isa, kind, sub16, g, t, half) for g, t in ((group, tokens), (group, 1), (1, 1)))
 
     def linear(u, d, m, x, out):
-        """Weights u (R, subs, bytes) uint8 with scales d and float32 offsets m (R, subs) x activations x
-        (T, K) f32, quantized here to int8 -> out (T, R): a tile of rows x tokens at a time through the
-        intrinsics, plus each element's offset share (a short dot over the sub-blocks). Every output
-        element comes from its own (row, token) computation (see _rows_codegen), whatever the grouping."""
+        """Weights u (R, subs, bytes) with scales d and float32 offsets m (R, subs) x activations x (T, K)
+        f32, quantized here to int8 -> out (T, R): a tile of rows x tokens at a time through the
+        intrinsics, plus each element's offset share (a short dot over the sub-blocks; none for "i8").
+        Every output element comes from its own (row, token) computation (see _rows_codegen), whatever
+        the grouping."""
         T, K = x.shape
         xq = np.empty((T, K), np.int8)
         xd = np.empty((T, K // 32), np.float32)
         xs16 = np.empty((T, K // 16), np.float32)
-        quantize_activations(x, xq, xd, xs16)
-        if sub16:
+        if T >= 8:  # tokens are independent: a prefill's split between threads
+            for t in prange(T):
+                _quantize_token(x[t], xq[t], xd[t], xs16[t])
+        else:  # a few decode rows: not worth waking the threads twice
+            for t in range(T):
+                _quantize_token(x[t], xq[t], xd[t], xs16[t])
+        if sub16 or not offsets:
             X = xs16
         else:  # per 32-element sub-block
             X = np.empty((T, K // 32), np.float32)
@@ -379,9 +410,10 @@ def _make_linear(isa: str, layout: str, half: bool):
                 for r in range(r0, R):
                     for t in range(T):
                         one_one(rows, r, xq, t, d, xd, out)
-            for r in range(r0, min(R, r0 + group)):
-                for t in range(T):
-                    out[t, r] += _offset(m, X, r, t)
+            if offsets:
+                for r in range(r0, min(R, r0 + group)):
+                    for t in range(T):
+                        out[t, r] += _offset(m, X, r, t)
 
     # numba's on-disk cache is indexed by a function's qualified name and line: each variant gets its own
     # name, so no variant can ever be served another's compiled code.

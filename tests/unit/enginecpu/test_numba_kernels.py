@@ -140,19 +140,21 @@ def nb8(request):
     return NumbaBackend(activations="int8", isa=request.param)
 
 
-@pytest.mark.parametrize("nibbles", [True, False], ids=["nibbles", "bytes"])
-def test_int8_lanes_are_exact_integer_dot_products(nb8, nibbles):
-    """Each path's 8 lanes per 32-byte block are the sums of 4 adjacent u x xq products (vpdpbusd's lanes),
-    exactly, including the worst cases for AVX2's saturating 16-bit pair sums (u = 255 against +-127)."""
-    top = 16 if nibbles else 256
-    uu, xx = np.meshgrid(np.arange(top), np.arange(-127, 128), indexing="ij")  # every (u, x), 4 per lane
-    u = np.repeat(uu.reshape(-1, 1), 32, 1).astype(np.uint8)
+@pytest.mark.parametrize("kind", ["nib", "u8", "i8"])
+def test_int8_lanes_are_exact_integer_dot_products(nb8, kind):
+    """Each path's 8 lanes per 32-byte block are the sums of 4 adjacent w x xq products (vpdpbusd's lanes),
+    exactly, including the worst cases for AVX2's saturating 16-bit pair sums (u = 255, w = -128 against
+    +-127), for 4-bit values, unsigned bytes and signed bytes."""
+    lo, top = {"nib": (0, 16), "u8": (0, 256), "i8": (-128, 128)}[kind]
+    dtype = np.int8 if kind == "i8" else np.uint8
+    uu, xx = np.meshgrid(np.arange(lo, top), np.arange(-127, 128), indexing="ij")  # every (w, x), 4 per lane
+    u = np.repeat(uu.reshape(-1, 1), 32, 1).astype(dtype)
     x = np.repeat(xx.reshape(-1, 1), 32, 1).astype(np.int8)
     rng = np.random.default_rng(7)
-    u = np.concatenate([u, rng.integers(0, top, (4096, 32)).astype(np.uint8)])
+    u = np.concatenate([u, rng.integers(lo, top, (4096, 32)).astype(dtype)])
     x = np.concatenate([x, rng.integers(-127, 128, (4096, 32)).astype(np.int8)])
     lanes = np.empty((len(u), 8), np.int32)
-    vnni.lane_kernel(nb8.isa, nibbles)(u, x, lanes)
+    vnni.lane_kernel(nb8.isa, kind)(u, x, lanes)
     np.testing.assert_array_equal(lanes, (u.astype(np.int32) * x).reshape(-1, 8, 4).sum(-1))
 
 
