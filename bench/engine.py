@@ -219,18 +219,10 @@ def greedy_agreement(model, model_ref, prompts=("What is the capital of France?"
     """(tokens generated identically to the reference before the first difference, positions of the
     reference's continuation where `model`, fed the same context (teacher forcing), picks the same argmax,
     total positions), summed over prompts."""
+    from bench.quality import fak_greedy  # here: bench.quality imports this module
     from fakcore.engine.backend import Segment
     from fakcore.engine.prompt import build_prompt
     from fakcore.protocol import ChatMessage, GenerateRequest
-
-    def greedy(m, ids):
-        tf, out = m.transformer, []
-        cache = tf.new_cache()
-        logits = tf.forward(np.array(ids), [Segment(cache, slice(0, len(ids)))], np.array([len(ids) - 1]))
-        for _ in range(n):
-            out.append(int(np.argmax(logits[0])))
-            logits = tf.forward(np.array(out[-1:]), [Segment(cache, slice(0, 1))], np.array([0]))
-        return out
 
     same = forced = 0
     for p in prompts:
@@ -238,7 +230,7 @@ def greedy_agreement(model, model_ref, prompts=("What is the capital of France?"
             ids = model_ref.tokenizer.encode(p, add_bos=model_ref.tokenizer.add_bos)
         else:
             ids = build_prompt(model_ref, GenerateRequest(request_id="b", model="m", messages=[ChatMessage(role="user", content=p)])).ids
-        a, b = greedy(model_ref, ids), greedy(model, ids)
+        a, b = fak_greedy(model_ref, ids, n), fak_greedy(model, ids, n)
         same += next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), n)
         seq = ids + a[:-1]
         tf = model.transformer

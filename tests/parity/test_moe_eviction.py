@@ -15,26 +15,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fakcore.engine.backend import Segment
 from fakcore.engine.eviction import evict_cache, prefill
 from fakcore.engine.kvcache import cut_tokens
 from fakcore.engine.transformer import Transformer, load_weights
 from fakcore.models.checkpoint import load_checkpoint
 from tests.unit.kv.rowwise import RowwiseBackend
+from tests.unit.kv.support import greedy
 
 from .support import export, fak_backend
 
 N_TOKENS, SPAN, STEPS = 48, (16, 28), 32
 CASES = [("numba", "gguf-q8_0"), ("numba", "safetensors"), ("rowwise", "gguf-f32")]
-
-
-def greedy(tf: Transformer, cache, first: int, steps: int) -> np.ndarray:
-    out, token = [], first
-    for _ in range(steps):
-        logits = tf.forward(np.asarray([token], np.int64), [Segment(cache, slice(0, 1))])[0]
-        out.append(logits)
-        token = int(np.argmax(logits))
-    return np.stack(out)
 
 
 @pytest.mark.parametrize(("backend", "fmt"), CASES, ids=[f"{b}-{f}" for b, f in CASES])
