@@ -120,7 +120,7 @@ def run_llama(gguf: Path, prompts: list[list[int]], n: int) -> list[list[int]]:
 
 
 def first_difference(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def main(argv: list[str]) -> int:
@@ -131,10 +131,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"how many of the {len(PROMPTS)} prompts")
     ap.add_argument("--skip-llama", action="store_true")
     args = ap.parse_args(argv)
+    import fak_engine_cpu.backend  # noqa: F401  (registers numba)
     from fakcore.engine.loader import load_model, make_backend
     from fakcore.models.sources import resolve
-
-    import fak_engine_cpu.backend  # noqa: F401  (registers numba)
 
     gguf = Path(resolve(args.model))
     n = args.tokens
@@ -149,9 +148,9 @@ def main(argv: list[str]) -> int:
         m = load_model(args.model, make_backend("numba", activations=mode))
         name = f"fak (numba, {mode} activations)"
         systems[name] = [fak_greedy(m, ids, n) for ids in prompts]
-        forced[name] = sum(int((fak_forced(m, ids, o) == np.array(o)).sum()) for ids, o in zip(prompts, oracle))
+        forced[name] = sum(int((fak_forced(m, ids, o) == np.array(o)).sum()) for ids, o in zip(prompts, oracle, strict=True))
     systems["fak (reference, f32)"] = [fak_greedy(ref, ids, n) for ids in prompts]
-    forced["fak (reference, f32)"] = sum(int((fak_forced(ref, ids, o) == np.array(o)).sum()) for ids, o in zip(prompts, oracle))
+    forced["fak (reference, f32)"] = sum(int((fak_forced(ref, ids, o) == np.array(o)).sum()) for ids, o in zip(prompts, oracle, strict=True))
     if not args.skip_llama:
         systems["llama.cpp (llama-server)"] = run_llama(gguf, prompts, n)
     eos = ref.config.eos_ids
@@ -162,8 +161,8 @@ def main(argv: list[str]) -> int:
             "|---|---|---|---|"]
     for name, outs in systems.items():
         shown = [until_eos(o, eos) for o in outs]
-        same = sum(int(o == h) for o, h in zip(shown, oracle_shown))
-        prefix = sum(first_difference(o, h) for o, h in zip(shown, oracle_shown))
+        same = sum(int(o == h) for o, h in zip(shown, oracle_shown, strict=True))
+        prefix = sum(first_difference(o, h) for o, h in zip(shown, oracle_shown, strict=True))
         tf = f"{forced[name]}/{total} ({100 * forced[name] / total:.1f}%)" if name in forced else "n/a (tokens only)"
         rows.append(f"| {name} | {same}/{len(prompts)} | {prefix}/{shown_total} ({100 * prefix / shown_total:.1f}%) | {tf} |")
     print("\n".join(rows))

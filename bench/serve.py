@@ -169,7 +169,7 @@ def table(fak: list[Round], ref: list[Round] | None) -> str:
         return "\n".join(rows)
     rows = ["| streams | llama-server tok/s | fak tok/s | fak / llama-server | llama-server TTFT p50 ms | fak TTFT p50 ms |",
             "|---|---|---|---|---|---|"]
-    for f, r in zip(fak, ref):
+    for f, r in zip(fak, ref, strict=True):
         rows.append(f"| {f.streams} | {r.tok_s:.1f} | {f.tok_s:.1f} | {f.tok_s / r.tok_s:.2f} | "
                     f"{statistics.median(r.ttft) * 1e3:.0f} | {statistics.median(f.ttft) * 1e3:.0f} |")
     return "\n".join(rows)

@@ -19,5 +19,5 @@ def test_the_serve_benchmark_drives_fak_up_and_prints_its_rows(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [line.split("|")[1:-1] for line in run.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [int(r[0]) for r in rows] == [1, 3]
-    for streams, row in zip((1, 3), rows):
+    for streams, row in zip((1, 3), rows, strict=True):
         assert int(row[3]) == 2 * streams and int(row[4]) > 0 and float(row[1]) > 0  # every request answered, tokens counted

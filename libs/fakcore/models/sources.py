@@ -14,8 +14,8 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 
 class ModelSourceError(Exception):
