@@ -72,7 +72,7 @@ def make_backend(name: str, **options: Any) -> Backend:
 def load_model(ref: str, backend: Backend, cache_dir: str = "") -> LoadedModel:
     if ref == "synthetic":
         return _load_synthetic(backend)
-    from fakcore.models.sources import recommended_sampling, resolve
+    from fakcore.models.sources import catalogue_sampling, resolve
 
     path = resolve(ref, cache_dir)
     from fakcore.models.checkpoint import load_checkpoint
@@ -81,7 +81,7 @@ def load_model(ref: str, backend: Backend, cache_dir: str = "") -> LoadedModel:
     weights = load_weights(ckpt.config, ckpt.tensors, backend, ckpt.source)
     return LoadedModel(name=ref, config=ckpt.config, transformer=Transformer(ckpt.config, weights, backend),
                        tokenizer=ckpt.tokenizer, template=ckpt.template, weights_digest=digest_tensors(ckpt.tensors),
-                       source=ckpt.source, sampling=recommended_sampling(ref, ckpt.source) or ckpt.sampling)
+                       source=ckpt.source, sampling=catalogue_sampling(ref) or ckpt.sampling)  # the file's own: read once, by the checkpoint
 
 
 def _load_synthetic(backend: Backend) -> LoadedModel:

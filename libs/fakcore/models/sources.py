@@ -71,13 +71,20 @@ GGUF_SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_p
 FALLBACK_SAMPLING: dict[str, float] = {"temperature": 0.8, "top_k": 40, "top_p": 0.95}
 
 
+def catalogue_sampling(model: str) -> dict[str, float]:
+    """The catalogue's sampling for a model served by its name or from its pulled file; {} for any other."""
+    for p in PULLABLE.values():
+        if model == p.name or Path(model).name == p.filename:
+            return dict(p.sampling)
+    return {}
+
+
 def recommended_sampling(model: str, source: str = "") -> dict[str, float]:
     """The makers' sampling for a model: the catalogue's for one served by its name or from its pulled file,
     else what the `generation_config.json` beside a safetensors checkpoint (`source`, or `model` as a path)
     says (`do_sample: false` is greedy); {} for any other."""
-    for p in PULLABLE.values():
-        if model == p.name or Path(model).name == p.filename:
-            return dict(p.sampling)
+    if catalogued := catalogue_sampling(model):
+        return catalogued
     for folder in (source, model):
         config = Path(folder) / "generation_config.json" if folder else None
         if config is not None and config.is_file():
