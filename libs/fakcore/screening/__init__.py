@@ -30,9 +30,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fakcore.protocol import WINDOW_CHARS, ContentKind, TextSpan
-from fakcore.screening import inline
+from fakcore.screening import fastmodel, inline
 from fakcore.screening.model import DEFAULT_PATH, NgramModel
-from fakcore.screening.normalize import reveal
+from fakcore.screening.normalize import Revealed, reveal
 
 log = logging.getLogger("fak.screening")
 
@@ -62,19 +62,24 @@ class Screener:
         # 0: the threshold the model was shipped with
         self.model_threshold = model_threshold or (self.model.threshold if self.model else 1.0)
         inline.prepare()  # the rules' first-use parsing, here rather than in the first long result's latency
+        if self.model is not None:
+            fastmodel.warm()  # compiled (or loaded from numba's cache) now, not in the first result's latency
 
-    def inline(self, content: str, kind: ContentKind = "tool_result", threshold: float | None = None) -> Verdict:
-        """`threshold`: a key's own (policy `screening.inline_threshold`), else the screener's."""
-        r = inline.screen(content, kind)
+    def inline(self, content: str, kind: ContentKind = "tool_result", threshold: float | None = None,
+               revealed: Revealed | None = None) -> Verdict:
+        """`threshold`: a key's own (policy `screening.inline_threshold`), else the screener's; `revealed`:
+        `reveal(content)` if the caller has it already."""
+        r = inline.screen(content, kind, revealed)
         hit = r.score >= (self.inline_threshold if threshold is None else threshold)
         return Verdict(hit, r.detector, r.score, r.reason, "inline", inline_spans(content, r) if hit else ())
 
-    def model_stage(self, content: str, kind: ContentKind = "tool_result", threshold: float | None = None) -> Verdict:
+    def model_stage(self, content: str, kind: ContentKind = "tool_result", threshold: float | None = None,
+                    revealed: Revealed | None = None) -> Verdict:
         """The classifier's verdict; a tool description is never quarantined by it (see the module's docstring)."""
         if self.model is None or kind == "tool_description":
             return Verdict(False, "", 0.0, "", "model")
         t = self.model_threshold if threshold is None else threshold
-        windows = self.model.window_scores(content)  # the score is the best window's
+        windows = self.model.window_scores(content, revealed)  # the score is the best window's
         p = max((w[0] for w in windows), default=0.0)
         if p < t:
             return Verdict(False, "", round(p, 4), "", "model")
@@ -85,10 +90,11 @@ class Screener:
     def screen(self, content: str, kind: ContentKind = "tool_result", inline_threshold: float | None = None,
                model_threshold: float | None = None) -> Verdict:
         """Both stages: the inline verdict if it quarantines, else the model's."""
-        v = self.inline(content, kind, inline_threshold)
+        revealed = reveal(content)  # once, for both stages
+        v = self.inline(content, kind, inline_threshold, revealed)
         if v.quarantine or kind == "tool_description":
             return v
-        m = self.model_stage(content, threshold=model_threshold)
+        m = self.model_stage(content, threshold=model_threshold, revealed=revealed)
         return m if m.quarantine else Verdict(False, "", max(v.score, m.score), "", "model" if self.model else "inline")
 
 

@@ -584,12 +584,12 @@ _FOR_KIND = {"tool_result": RULES, "tool_description": RULES + DESCRIPTION_RULES
 _LEVELS = {kind: _by_score(rules) for kind, rules in _FOR_KIND.items()}
 
 
-def screen(content: str, kind: str = "tool_result") -> InlineResult:
+def screen(content: str, kind: str = "tool_result", revealed: Revealed | None = None) -> InlineResult:
     """`kind` "tool_description": a tool's title, description and schema texts, which also get the rules for
-    tool poisoning (DESCRIPTION_RULES)."""
+    tool poisoning (DESCRIPTION_RULES); `revealed`: `reveal(content)` if the caller has it already."""
     kind = "tool_description" if kind == "tool_description" else "tool_result"
     rules = _FOR_KIND[kind]
-    revealed: Revealed = reveal(content)
+    revealed = reveal(content) if revealed is None else revealed
     hits: dict[str, tuple[float, str]] = {}
     spans: list[tuple[int, int]] = []
     for sig in revealed.signals:

@@ -1,8 +1,8 @@
 """The model stage: a small linear classifier over hashed character and word n-grams, scored window by window.
 
 Why this model: it ships inside fak's own wheel (`fakcore/data/screening/ngram-lr.npz`, 0.7 MB), needs
-numpy only, scores a typical tool result (under 1k characters) in about a millisecond on one core (4k
-characters: ~5 ms), and catches what the rules cannot enumerate (social engineering without trigger
+numpy and numba only, scores a typical tool result (under 1k characters) in about 0.3 ms on one core (4k
+characters: ~1 ms; the compiled pass is fastmodel.py), and catches what the rules cannot enumerate (social engineering without trigger
 words, paraphrases, other languages). It is trained by
 `python -m bench screening --train` on fak's own corpus (bench/screening_corpus.py), never on a
 benchmark's data.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fakcore.screening.normalize import reveal
+from fakcore.screening.normalize import Revealed, reveal
 
 FEATURES = "chars2-5+words1-2/windows+clauses/v3"  # what `windows` computes; a weights file names its own
 _BITS = 19
@@ -167,6 +167,43 @@ def _clauses(seg: Segment) -> tuple[np.ndarray, np.ndarray]:
     return c0[ok], c1[ok]
 
 
+@dataclass
+class Layout:
+    """Where one segment's windows lie: its normalised characters, the fixed windows' count, the clauses'
+    [start, end) character indices, and each window's (start, end, segment) as `featurise` names it."""
+
+    seg: Segment
+    count: int  # fixed windows; the clause windows follow them
+    q0: np.ndarray
+    q1: np.ndarray
+    spans: list[tuple[int, int, int]]
+
+
+def layout(text: str, revealed: Revealed | None = None) -> tuple[str, list[Layout]]:
+    """`reveal(text).text` and the window layout of each of its segments (the text, then each decoded layer)
+    with at least two characters; `revealed`: `reveal(text)` if the caller has it already."""
+    r = reveal(text) if revealed is None else revealed
+    out = []
+    for k, seg_text in enumerate([r.text, *(t for _, t in r.layers)]):
+        seg = segment(seg_text)
+        n = len(seg.cp)
+        if n < 2:
+            continue
+        stride = WINDOW // 2
+        count = max(1, -(-(int(seg.units[-1]) - stride) // stride))  # windows starting below total - stride
+        lo = np.arange(count) * stride
+        c0 = np.minimum(np.searchsorted(seg.units, lo, side="left"), n - 1)
+        c1 = np.maximum(np.minimum(np.searchsorted(seg.units, lo + WINDOW, side="left"), n), c0 + 1)
+        q0, q1 = _clauses(seg)
+        if k == 0:
+            spans = [(a, e, 0) for a, e in zip(seg.pos[c0].tolist(), (seg.pos[c1 - 1] + 1).tolist(), strict=True)]
+            spans += [(a, e, 0) for a, e in zip(seg.pos[q0].tolist(), (seg.pos[q1 - 1] + 1).tolist(), strict=True)]
+        else:
+            spans = [(0, len(r.text), k)] * (count + len(q0))
+        out.append(Layout(seg, count, q0, q1, spans))
+    return r.text, out
+
+
 def featurise(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int, int]]]:
     """The text's windows as one sparse matrix: (window, feature index, value) triples sorted by window,
     values L2-normalised per window, and each window's (start, end, segment): character offsets in
@@ -176,37 +213,24 @@ def featurise(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple
     Two kinds of window: fixed ones, window j covering units [j·S, j·S + WINDOW), S = WINDOW/2 (an n-gram
     starting at unit u belongs to windows u//S and u//S - 1), and one per clause (`_clauses`: an
     injection is often one field or one sentence, and alone it is not diluted by the text around it). An
-    n-gram belongs to three windows at most, and all are built at once with one sort."""
-    r = reveal(text)
+    n-gram belongs to three windows at most, and all are built at once with one sort. This is the
+    reference the model is trained on; `NgramModel.window_scores` computes the same scores in one
+    compiled pass (`_window_logits`)."""
     wins, feats, spans = [], [], []
-    for k, seg_text in enumerate([r.text, *(t for _, t in r.layers)]):
-        seg = segment(seg_text)
-        n = len(seg.cp)
-        if n < 2:
-            continue
-        stride = WINDOW // 2
-        total = int(seg.units[-1])
-        count = max(1, -(-(total - stride) // stride))  # windows starting below total - stride (at least one)
-        at, f = _grams(seg)
-        j = seg.units[at] // stride
+    for lay in layout(text)[1]:
+        at, f = _grams(lay.seg)
+        j = lay.seg.units[at] // (WINDOW // 2)
         j2 = np.concatenate([j, j - 1])
         f2 = np.concatenate([f, f])
-        ok = (j2 >= 0) & (j2 < count)
+        ok = (j2 >= 0) & (j2 < lay.count)
         wins.append(j2[ok] + len(spans))
         feats.append(f2[ok])
-        lo = np.arange(count) * stride
-        c0 = np.minimum(np.searchsorted(seg.units, lo, side="left"), n - 1)
-        c1 = np.maximum(np.minimum(np.searchsorted(seg.units, lo + WINDOW, side="left"), n), c0 + 1)
-        spans += [(a, e, 0) for a, e in zip(seg.pos[c0].tolist(), (seg.pos[c1 - 1] + 1).tolist(), strict=True)] if k == 0 \
-            else [(0, len(r.text), k)] * count
-        q0, q1 = _clauses(seg)
-        if len(q0):
-            q = np.searchsorted(q0, at, side="right") - 1
-            ok = (q >= 0) & (at < q1[np.maximum(q, 0)])
-            wins.append(q[ok] + len(spans))
+        if len(lay.q0):
+            q = np.searchsorted(lay.q0, at, side="right") - 1
+            ok = (q >= 0) & (at < lay.q1[np.maximum(q, 0)])
+            wins.append(q[ok] + len(spans) + lay.count)
             feats.append(f[ok])
-            spans += [(a, e, 0) for a, e in zip(seg.pos[q0].tolist(), (seg.pos[q1 - 1] + 1).tolist(), strict=True)] if k == 0 \
-                else [(0, len(r.text), k)] * len(q0)
+        spans += lay.spans
     if not spans:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), []
     key = (np.concatenate(wins) << _BITS) | np.concatenate(feats)
@@ -237,8 +261,20 @@ class NgramModel:
     version: str = ""
     features: str = FEATURES
 
-    def window_scores(self, text: str) -> list[tuple[float, int, int]]:
-        """(probability, start, end) of each window, start/end character offsets in `reveal(text).text`."""
+    def window_scores(self, text: str, revealed: Revealed | None = None) -> list[tuple[float, int, int]]:
+        """(probability, start, end) of each window with features, start/end character offsets in
+        `reveal(text).text`: the compiled pass (fastmodel.py), the same scores as `reference_scores`."""
+        from fakcore.screening import fastmodel  # it imports this module's constants
+
+        out = []
+        for lay in layout(text, revealed)[1]:
+            z = fastmodel.logits(lay, self.w, self.b)
+            p = 1.0 / (1.0 + np.exp(-z))
+            out += [(float(p[i]), a, e) for i, (a, e, _) in enumerate(lay.spans) if z[i] == z[i]]  # nan: no features
+        return out
+
+    def reference_scores(self, text: str) -> list[tuple[float, int, int]]:
+        """`window_scores` from `featurise`'s sparse matrix (what training sees)."""
         win, feat, val, spans = featurise(text)
         z = np.bincount(win, weights=self.w[feat] * val, minlength=len(spans)) + self.b
         p = 1.0 / (1.0 + np.exp(-z))
