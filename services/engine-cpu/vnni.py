@@ -369,7 +369,7 @@ def _offset(m: np.ndarray, X: np.ndarray, r: int, t: int) -> np.float32:
 
 def _make_linear(isa: str, layout: str, half: bool):
     group, tokens = TILES[isa]
-    kind, sub16 = layout[:3], layout.endswith("_16")
+    kind, sub16 = layout.split("_")[0], layout.endswith("_16")  # "nib", "u8_32" -> "u8", "i8_16" -> "i8"
     offsets = kind != "i8"  # signed bytes: a type without offsets
     tile, rows_one, one_one = (_make_rows(isa, kind, sub16, g, t, half) for g, t in ((group, tokens), (group, 1), (1, 1)))
 
