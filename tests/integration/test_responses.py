@@ -165,10 +165,14 @@ def test_a_custom_tool_call_follows_its_grammar(client, tool, valid, choice):
 
 
 def test_json_schema_text_format(client):
+    """Greedy (a sampled integer may run past max_output_tokens: then the response is incomplete, below)."""
     schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
-    r = client.responses.create(model="synthetic", input="2+2?", max_output_tokens=40,
-                                text={"format": {"type": "json_schema", "name": "sum", "schema": schema, "strict": True}})
-    assert isinstance(json.loads(r.output_text)["answer"], int)
+    fmt = {"format": {"type": "json_schema", "name": "sum", "schema": schema, "strict": True}}
+    r = client.responses.create(model="synthetic", input="2+2?", max_output_tokens=40, temperature=0, text=fmt)
+    assert r.status == "completed" and isinstance(json.loads(r.output_text)["answer"], int)
+    cut = client.responses.create(model="synthetic", input="2+2?", max_output_tokens=3, temperature=0, text=fmt)
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+    assert r.output_text.startswith(cut.output_text)  # the grammar's prefix, cut where the budget ended
 
 
 def test_codex_fields_and_items_are_accepted(topo, client):
