@@ -38,6 +38,7 @@ ACTIVATIONS = ("auto", "f32", "int8")
 
 log = logging.getLogger("fak.engine-cpu")
 _NO_OFFSETS = np.zeros((0, 0), np.float32)  # what an int8 kernel of a type without offsets gets (and ignores)
+_NO_BIAS = np.zeros((0, 0), np.float32)  # what the layernorm kernel gets for a norm without bias
 
 
 @dataclass
@@ -129,6 +130,7 @@ class NumbaKVCache(KVCache):
 class RopeTable:
     def __init__(self, head_dim: int, theta: float, scaling: RopeScaling):
         self.inv_freq = rope_inv_freq(head_dim, theta, scaling)
+        self.factor = np.float32(scaling.attention_factor)  # longrope: cos and sin scaled
         self.cos = np.zeros((0, head_dim), np.float32)
         self.sin = np.zeros((0, head_dim), np.float32)
 
@@ -137,7 +139,10 @@ class RopeTable:
             n = max(n, 2 * len(self.cos), 256)
             freqs = np.outer(np.arange(n, dtype=np.float32), self.inv_freq).astype(np.float32)
             emb = np.concatenate([freqs, freqs], axis=-1)
-            self.cos, self.sin = np.ascontiguousarray(np.cos(emb)), np.ascontiguousarray(np.sin(emb))
+            cos, sin = np.cos(emb), np.sin(emb)
+            if self.factor != 1.0:
+                cos, sin = cos * self.factor, sin * self.factor
+            self.cos, self.sin = np.ascontiguousarray(cos), np.ascontiguousarray(sin)
         return self.cos, self.sin
 
 
@@ -145,6 +150,7 @@ class NumbaBackend:
     name = "numba"
     device = "cpu"
     batch_invariant = True
+    rope_features = frozenset({"partial", "attention_factor"})  # fakcore/engine/backend.py; RopeTable, kernels.rope
     isa = ""  # the int8 path's instructions ("avx512-vnni" | "avx2"); empty for f32 activations
 
     def __init__(self, threads: int = 0, activations: str = "f32", isa: str = ""):
@@ -287,6 +293,15 @@ class NumbaBackend:
         self.k.rmsnorm(x2, w, np.float32(eps), out)
         return out.reshape(shape)
 
+    def layernorm(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, eps: float) -> np.ndarray:
+        shape = x.shape
+        d = shape[-1]
+        x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, d)
+        out = np.empty_like(x2)
+        bias = _NO_BIAS if b is None else b.reshape(-1, d)
+        self.k.layernorm(x2, w.reshape(-1, d), bias, np.float32(eps), out)  # per-head gains: row n, head n % G
+        return out.reshape(shape)
+
     def rope_table(self, head_dim: int, theta: float, scaling: RopeScaling) -> RopeTable:
         return RopeTable(head_dim, theta, scaling)
 
@@ -316,8 +331,17 @@ class NumbaBackend:
         (self.k.gated_silu if act == "silu" else self.k.gated_gelu_tanh)(gate, up, out)
         return out
 
+    def activation(self, x: np.ndarray, act: str) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty_like(x)
+        (self.k.gelu if act == "gelu" else self.k.gelu_tanh)(x, out)
+        return out
+
     def add(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return x + y
+
+    def scale(self, x: np.ndarray, s: float) -> np.ndarray:
+        return x * np.float32(s)
 
     def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
         return np.tanh(x / np.float32(cap)) * np.float32(cap)

@@ -13,6 +13,8 @@ type's own formula) right before its dot products, then thrown away.
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 from llvmlite import binding as llvm
@@ -316,10 +318,38 @@ def rmsnorm(x: np.ndarray, w: np.ndarray, eps: np.float32, out: np.ndarray) -> N
 
 
 @njit(fastmath=FAST, cache=True)
+def layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: np.float32, out: np.ndarray) -> None:
+    """x (N, D) -> out (N, D): (x - mean) / sqrt(var + eps) * w + b, one row at a time (mean first, then the
+    variance of the centred row, as torch). w, b (G, D): row n takes row n % G (G heads of a (T, G, D) input,
+    or G = 1); b of zero rows: no bias."""
+    N, D = x.shape
+    G = w.shape[0]
+    for n in range(N):
+        s = np.float32(0.0)
+        for k in range(D):
+            s += x[n, k]
+        mean = s / np.float32(D)
+        ss = np.float32(0.0)
+        for k in range(D):
+            c = x[n, k] - mean
+            ss += c * c
+        inv = np.float32(1.0) / np.sqrt(ss / np.float32(D) + eps)
+        g = n % G
+        if b.shape[0]:
+            for k in range(D):
+                out[n, k] = (x[n, k] - mean) * inv * w[g, k] + b[g, k]
+        else:
+            for k in range(D):
+                out[n, k] = (x[n, k] - mean) * inv * w[g, k]
+
+
+@njit(fastmath=FAST, cache=True)
 def rope(x: np.ndarray, positions: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: np.ndarray) -> None:
-    """x (T, H, D), HF's rotate_half convention; cos/sin (P, D) tables."""
+    """x (T, H, D), HF's rotate_half convention; cos/sin (P, R) tables: the leading R <= D dims of each head
+    turn (partial rotary), the rest pass."""
     T, H, D = x.shape
-    half = D // 2
+    R = cos.shape[1]
+    half = R // 2
     for t in range(T):
         p = positions[t]
         for h in range(H):
@@ -328,6 +358,8 @@ def rope(x: np.ndarray, positions: np.ndarray, cos: np.ndarray, sin: np.ndarray,
                 b = x[t, h, i + half]
                 out[t, h, i] = a * cos[p, i] - b * sin[p, i]
                 out[t, h, i + half] = b * cos[p, i + half] + a * sin[p, i + half]
+            for i in range(R, D):
+                out[t, h, i] = x[t, h, i]
 
 
 @intrinsic
@@ -379,6 +411,27 @@ def gated_gelu_tanh(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
         for k in range(gn.shape[0]):
             g = gn[k]
             on[k] = g / (np.float32(1.0) + _exp(-c * (g + np.float32(0.044715) * g * g * g))) * un[k]
+
+
+@njit(fastmath=FAST, cache=True)
+def gelu(x: np.ndarray, out: np.ndarray) -> None:
+    """Exact GELU, 0.5 x (1 + erf(x / sqrt 2)), as torch's default (GPT-NeoX's plain MLP); x, out (N, D)."""
+    c = np.float32(1.0 / np.sqrt(2.0))
+    for n in range(x.shape[0]):
+        for k in range(x.shape[1]):
+            v = x[n, k]
+            out[n, k] = np.float32(0.5) * v * (np.float32(1.0) + math.erf(v * c))
+
+
+@njit(fastmath=FAST, error_model="numpy", cache=True)
+def gelu_tanh(x: np.ndarray, out: np.ndarray) -> None:
+    """GELU(tanh) of x, with 0.5 (1 + tanh u) as 1 / (1 + e ** -2u), as gated_gelu_tanh; x, out (N, D)."""
+    c = np.float32(2.0 * np.sqrt(2.0 / np.pi))
+    for n in range(x.shape[0]):
+        xn, on = x[n], out[n]
+        for k in range(xn.shape[0]):
+            g = xn[k]
+            on[k] = g / (np.float32(1.0) + _exp(-c * (g + np.float32(0.044715) * g * g * g)))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -2,10 +2,15 @@
 as GGUF files the way llama.cpp's convert_hf_to_gguf writes them, and fak run on what was written.
 
 The GGUF writer follows the converter step by step (names through `gguf.get_tensor_name_map`, Q/K row
-permutation for llama, +1 on Gemma norm gains, `rope_freqs` for Llama-3 scaling, MoE experts stacked per layer
-into `ffn_*_exps` (Qwen2MoeModel.modify_tensors), norms, biases and the MoE router kept F32,
-metadata keys as its TextModel / LlamaModel / Gemma2Model / Gemma3Model write them). One deliberate
-deviation: a Mistral file also gets `llama.attention.sliding_window`, which the converter drops.
+permutation for llama and granite, +1 on Gemma norm gains, `rope_freqs` for Llama-3 scaling, MoE experts stacked
+per layer into `ffn_*_exps` (Qwen2MoeModel.modify_tensors), GPT-NeoX's per-head qkv rows regrouped into
+[q; k; v] (GPTNeoXModel.modify_tensors), StableLM's per-head q/k norms stacked (StableLMModel._stack_qk_norm),
+Phi-3's longrope factor tensors (Phi3MiniModel.generate_extra_tensors), norms, biases and the MoE router kept
+F32, metadata keys as its TextModel / LlamaModel / Gemma2Model / Gemma3Model / GPTNeoXModel / StableLMModel /
+Phi3MiniModel / GraniteModel write them). Deliberate deviations: a Mistral file also gets
+`llama.attention.sliding_window`, which the converter drops; the partial rotary factor is read from
+transformers 5's `rope_parameters` where the converters read `rotary_pct` / `partial_rotary_factor` at the top
+level of config.json (rotary_factor).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class Family:
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 64, "rope_theta": 10000.0}
+NEOX_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
 MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
            rope_parameters={"rope_type": "default", "rope_theta": 1e6})
 FAMILIES: dict[str, Family] = {
@@ -85,6 +91,38 @@ FAMILIES: dict[str, Family] = {
     "qwen3moe-unnormed": Family("qwen3_moe", "qwen3moe", dict(num_hidden_layers=2, tie_word_embeddings=True,
                                                               **(MOE | dict(num_experts_per_tok=3, norm_topk_prob=False))),
                                   gguf_ok=False),
+    # the classic decoders. RoPE base 10000 for GPT-NeoX and StableLM: their converters write no rope.freq_base.
+    # LayerNorms with biases, parallel residual, half of each head rotated, fused per-head qkv, exact GELU
+    "gptneox": Family("gpt_neox", "gptneox", dict(num_hidden_layers=3, use_parallel_residual=True, hidden_act="gelu",
+                                                   rope_parameters=NEOX_ROPE | {"partial_rotary_factor": 0.5})),
+    # the sequential block, a quarter rotated (HuggingFace's default)
+    "gptneox-sequential": Family("gpt_neox", "gptneox", dict(num_hidden_layers=2, use_parallel_residual=False,
+                                                              hidden_act="gelu", rope_parameters=NEOX_ROPE)),
+    # the tanh GELU, which a GGUF cannot say (it records no activation): safetensors only
+    "gptneox-gelu-new": Family("gpt_neox", "gptneox", dict(num_hidden_layers=2, hidden_act="gelu_new",
+                                                            rope_parameters=NEOX_ROPE), gguf_ok=False),
+    # grouped-query, q/k/v biases, per-head q/k LayerNorms (gains per head), a quarter rotated
+    "stablelm": Family("stablelm", "stablelm", dict(num_hidden_layers=3, use_qkv_bias=True, qk_layernorm=True,
+                                                    rope_parameters=NEOX_ROPE | {"partial_rotary_factor": 0.25})),
+    # parallel residual: one LayerNorm feeds attention and the MLP
+    "stablelm-parallel": Family("stablelm", "stablelm", dict(num_hidden_layers=2, use_parallel_residual=True,
+                                                             rope_parameters=NEOX_ROPE | {"partial_rotary_factor": 0.5})),
+    # fused qkv and gate/up, three quarters rotated (Phi-4-mini's factor), a sliding window on every layer
+    "phi3": Family("phi3", "phi3", dict(num_hidden_layers=3, sliding_window=8, tie_word_embeddings=False,
+                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                         "partial_rotary_factor": 0.75})),
+    # LongRoPE: per-frequency divisors (the short set: 40 positions fit the original 64) and the attention
+    # factor transformers derives from max / original (256 / 64), cos and sin scaled by it
+    "phi3-longrope": Family("phi3", "phi3", dict(num_hidden_layers=2, original_max_position_embeddings=64,
+                                                 rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                                  "partial_rotary_factor": 0.75,
+                                                                  "short_factor": [1.0, 1.5, 2.0, 3.0, 5.0, 8.0],
+                                                                  "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0],
+                                                                  "original_max_position_embeddings": 64})),
+    # the four multipliers (exact in float32, as GGUF stores them), a tied head
+    "granite": Family("granite", "granite", dict(num_hidden_layers=3, tie_word_embeddings=True, embedding_multiplier=12.0,
+                                                 residual_multiplier=0.25, attention_multiplier=0.125, logits_scaling=8.0,
+                                                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
 }
 FORMATS = ("safetensors", "gguf-f32", "gguf-f16", "gguf-q8_0")
 ROUNDING = {"safetensors": "F32", "gguf-f32": "F32", "gguf-f16": "F16", "gguf-q8_0": "Q8_0"}
@@ -188,10 +226,42 @@ def n_experts(hp: dict[str, Any]) -> int:
     return hp.get("num_local_experts") or hp["num_experts"]
 
 
+def rotary_factor(hp: dict[str, Any]) -> float:
+    """The converters read `rotary_pct` (GPT-NeoX) / `partial_rotary_factor` (StableLM, Phi-3) from config.json;
+    transformers 5 keeps it in `rope_parameters` only, which is read here (a deviation: the real converter
+    needs the older key)."""
+    rope = hp.get("rope_parameters") or {}
+    return float(hp.get("rotary_pct") or hp.get("partial_rotary_factor") or rope.get("partial_rotary_factor", 1.0))
+
+
 def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str, extra: dict[str, Any]) -> None:
     rope = hp.get("rope_parameters") or {}
     full = rope.get("full_attention", rope)
-    if arch == "gemma2":  # Gemma2Model.set_gguf_parameters (no super(): no RoPE base)
+    head_dim = hp["hidden_size"] // hp["num_attention_heads"]
+    if arch in ("gptneox", "stablelm"):  # GPTNeoXModel / StableLMModel.set_gguf_parameters (no super())
+        w.add_context_length(hp["max_position_embeddings"])
+        w.add_embedding_length(hp["hidden_size"])
+        w.add_block_count(hp["num_hidden_layers"])
+        w.add_feed_forward_length(hp["intermediate_size"])
+        w.add_rope_dimension_count(int(rotary_factor(hp) * head_dim))
+        w.add_head_count(hp["num_attention_heads"])
+        if arch == "stablelm":
+            w.add_head_count_kv(hp["num_key_value_heads"])
+        w.add_parallel_residual(hp.get("use_parallel_residual", True))
+        w.add_layer_norm_eps(hp["layer_norm_eps"])
+    elif arch == "phi3":  # Phi3MiniModel.set_gguf_parameters
+        w.add_context_length(hp["max_position_embeddings"])
+        w.add_rope_scaling_orig_ctx_len(hp["original_max_position_embeddings"])
+        w.add_embedding_length(hp["hidden_size"])
+        w.add_feed_forward_length(hp["intermediate_size"])
+        w.add_block_count(hp["num_hidden_layers"])
+        w.add_head_count(hp["num_attention_heads"])
+        w.add_head_count_kv(hp["num_key_value_heads"])
+        w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
+        w.add_rope_dimension_count(int(rotary_factor(hp) * hp["hidden_size"]) // hp["num_attention_heads"])
+        w.add_rope_freq_base(full["rope_theta"])
+        w.add_sliding_window(hp.get("sliding_window") or 0)
+    elif arch == "gemma2":  # Gemma2Model.set_gguf_parameters (no super(): no RoPE base)
         w.add_context_length(hp["max_position_embeddings"])
         w.add_embedding_length(hp["hidden_size"])
         w.add_block_count(hp["num_hidden_layers"])
@@ -220,9 +290,14 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
         w.add_key_length(hp["head_dim"])
         w.add_value_length(hp["head_dim"])
-    if arch == "llama":  # LlamaModel.set_gguf_parameters
+    if arch in ("llama", "granite"):  # LlamaModel.set_gguf_parameters
         w.add_vocab_size(hp["vocab_size"])
         w.add_rope_dimension_count(hp["head_dim"])
+    if arch == "granite":  # GraniteModel.set_gguf_parameters: each multiplier only when set
+        for key, add in (("attention_multiplier", w.add_attention_scale), ("embedding_multiplier", w.add_embedding_scale),
+                         ("residual_multiplier", w.add_residual_scale), ("logits_scaling", w.add_logit_scale)):
+            if hp.get(key):
+                add(hp[key])
     if arch == "qwen3moe":  # TextModel's expert keys + Qwen2MoeModel.set_gguf_parameters
         w.add_expert_count(n_experts(hp))
         w.add_expert_used_count(hp["num_experts_per_tok"])
@@ -257,32 +332,52 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
     n_head, n_kv = hp["num_attention_heads"], hp["num_key_value_heads"]
     tensors: dict[str, np.ndarray] = {}
     experts: dict[str, np.ndarray] = {}
+    head_norms: dict[str, np.ndarray] = {}
     for hf_name, t in load_file(hf_dir / "model.safetensors").items():
         data = t.float().numpy()
+        if "_layernorm.norms." in hf_name:  # StableLMModel._stack_qk_norm: stacked below
+            head_norms[hf_name] = data
+            continue
+        if arch == "gptneox" and "attention.query_key_value" in hf_name:  # GPTNeoXModel.modify_tensors
+            n_embed = hp["hidden_size"]
+            data = data.reshape(n_head, 3, n_embed // n_head, *data.shape[1:]).swapaxes(0, 1).reshape(data.shape)
         if ".mlp.experts." in hf_name:  # Qwen2MoeModel.modify_tensors: stacked below
             experts[hf_name] = data
             continue
         if arch.startswith("gemma") and hf_name == "lm_head.weight":
             continue
-        if arch == "llama" and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
+        if arch in ("llama", "granite") and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
             data = permute(data, n_head, n_head)
-        if arch == "llama" and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
+        if arch in ("llama", "granite") and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
             data = permute(data, n_head, n_kv)
         if arch.startswith("gemma") and hf_name.endswith("norm.weight"):
             data = data + 1
         new_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         assert new_name is not None, hf_name
         tensors[new_name] = data
+    for bid in sorted({int(n.split(".")[2]) for n in head_norms}):  # torch.stack over heads, per layer, q and k
+        for which, heads in (("q", n_head), ("k", n_kv)):
+            datas = [head_norms[f"model.layers.{bid}.self_attn.{which}_layernorm.norms.{h}.weight"] for h in range(heads)]
+            tensors[names.get_name(f"model.layers.{bid}.self_attn.{which}_layernorm.weight", try_suffixes=(".weight",))] = \
+                np.stack(datas)
     for bid in sorted({int(n.split(".")[2]) for n in experts}):  # torch.stack over experts, per layer and kind
         for w_name in ("down_proj", "gate_proj", "up_proj"):
             datas = [experts[f"model.layers.{bid}.mlp.experts.{xid}.{w_name}.weight"] for xid in range(n_experts(hp))]
             tensors[names.get_name(f"model.layers.{bid}.mlp.experts.{w_name}.weight", try_suffixes=(".weight",))] = np.stack(datas)
     if arch == "llama" and (hp.get("rope_parameters") or {}).get("rope_type") == "llama3":
         tensors["rope_freqs.weight"] = llama3_rope_factors(hp)
+    attn_factor = None
+    if arch == "phi3" and (rope := hp.get("rope_parameters") or {}).get("long_factor"):  # generate_extra_tensors
+        scale = hp["max_position_embeddings"] / hp["original_max_position_embeddings"]
+        attn_factor = math.sqrt(1 + math.log(scale) / math.log(hp["original_max_position_embeddings"])) if scale > 1 else 1.0
+        tensors["rope_factors_long.weight"] = np.asarray(rope["long_factor"], np.float32)
+        tensors["rope_factors_short.weight"] = np.asarray(rope["short_factor"], np.float32)
     if edit is not None:
         edit(tensors)
     w = gguf.GGUFWriter(out, arch)
     write_metadata(w, arch, hp, qtype, fam.extra_meta)
+    if attn_factor is not None:
+        w.add_rope_scaling_attn_factors(attn_factor)
     for key in drop_keys:
         del w.kv_data[0][key]
     for key, value in (add_keys or {}).items():

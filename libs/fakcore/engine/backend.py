@@ -60,7 +60,7 @@ class Backend(Protocol):
     def linear(self, x: Act, w: Weight, bias: Weight | None = None) -> Act: ...  # (T, in) -> (T, out)
     def rmsnorm(self, x: Act, w: Weight, eps: float) -> Act: ...  # over the last axis
     def rope(self, x: Act, positions: np.ndarray, table: Any) -> Act: ...  # (T, heads, head_dim)
-    def rope_table(self, head_dim: int, theta: float, scaling: RopeScaling) -> Any: ...
+    def rope_table(self, head_dim: int, theta: float, scaling: RopeScaling) -> Any: ...  # head_dim: dims rotated
     def attention(self, q: Act, k_pre: Act, k: Act, v: Act, segments: list[Segment], layer: int,
                   window: int, scale: float, softcap: float) -> Act: ...  # appends to caches, (T, H, D) out
     def gated(self, gate: Act, up: Act, act: str) -> Act: ...  # act(gate) * up
@@ -68,6 +68,19 @@ class Backend(Protocol):
     def softcap(self, x: Act, cap: float) -> Act: ...
     def take_rows(self, x: Act, rows: np.ndarray) -> Act: ...
     def to_host(self, x: Act) -> np.ndarray: ...
+    # Optional, for the classic decoders (checked by transformer.check_backend when a model needs them):
+    #   layernorm(x, w, b, eps) -> Act   (x - mean) / sqrt(var + eps) * w (+ b) over the last axis; w and b
+    #                                    hold dim values, or heads*dim for (T, heads, dim) input (head h: row h)
+    #   activation(x, act) -> Act        act(x) elementwise, act "gelu" (erf) | "gelu_tanh" (a plain MLP)
+    #   scale(x, s) -> Act               x * s
+    #   rope_features = {"partial",      `rope` with a table of rope_dim < head_dim rotates the leading
+    #                                    rope_dim dims of each head (NEOX halves) and passes the rest;
+    #                    "attention_factor"}  its tables multiply cos and sin by RopeScaling.attention_factor
+
+    # Optional: sample(logits, rows, draws) -> (tokens, statuses): engine/sampling.Sampler's choice for rows
+    # `rows` of logits the backend holds, from each row's sampling.Draw (the host's generator draws), so that
+    # only token ids leave the device; statuses are sampling.SAMPLED, NON_FINITE or NO_DRAW. The scheduler uses
+    # it where the transformer can leave its logits on the backend (forward's `host`).
 
     # -- caches ----------------------------------------------------------------------------------------
     # A cache of this backend's kind (engine/kvcache.py's KVCache or a subclass), handed this backend's
@@ -93,11 +106,15 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> np.ndarr
         smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
         medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
         inv = np.where(medium, smoothed, scaled).astype(np.float32)
-    elif scaling.kind == "factors":
+    elif scaling.kind in ("factors", "longrope"):
         # llama.cpp's freq_factors: the angle of pair i is divided by factors[i].
         if len(scaling.factors) != len(inv):
             raise BackendError(f"RoPE scaling has {len(scaling.factors)} factors for {len(inv)} frequencies")
-        inv = (inv / np.asarray(scaling.factors, np.float32)).astype(np.float32)
+        if scaling.kind == "longrope":  # transformers' order: 1 / (factor * theta ** exponent)
+            inv = (np.float32(1.0) / (np.asarray(scaling.factors, np.float32) *
+                                      np.power(np.float32(theta), exponent))).astype(np.float32)
+        else:
+            inv = (inv / np.asarray(scaling.factors, np.float32)).astype(np.float32)
     elif scaling.kind != "none":
         raise BackendError(f"unsupported RoPE scaling {scaling.kind!r}")
     return inv

@@ -6,6 +6,8 @@ eager implementation uses. The fast backends are tested against it.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fakcore.engine.backend import Segment, rope_inv_freq
@@ -13,12 +15,15 @@ from fakcore.engine.kvcache import KVCache
 from fakcore.engine.registry import register_backend
 from fakcore.models.config import ModelConfig, RopeScaling
 
+_erf = np.vectorize(math.erf, otypes=[np.float64])  # numpy has no erf; float64 math.erf, element by element
+
 
 class RopeTable:
     """cos/sin for positions 0…n-1 of one (head_dim, theta, scaling), grown on demand."""
 
     def __init__(self, head_dim: int, theta: float, scaling: RopeScaling):
         self.inv_freq = rope_inv_freq(head_dim, theta, scaling)  # (D/2,) f32
+        self.factor = np.float32(scaling.attention_factor)  # longrope: cos and sin scaled
         self.cos = np.zeros((0, head_dim), np.float32)
         self.sin = np.zeros((0, head_dim), np.float32)
 
@@ -28,6 +33,8 @@ class RopeTable:
             freqs = np.outer(np.arange(n, dtype=np.float32), self.inv_freq).astype(np.float32)  # (n, D/2)
             emb = np.concatenate([freqs, freqs], axis=-1)
             self.cos, self.sin = np.cos(emb), np.sin(emb)
+            if self.factor != 1.0:
+                self.cos, self.sin = self.cos * self.factor, self.sin * self.factor
         return self.cos, self.sin
 
 
@@ -35,6 +42,7 @@ class ReferenceBackend:
     name = "reference"
     device = "cpu"
     batch_invariant = False  # BLAS picks different kernels for different batch shapes
+    rope_features = frozenset({"partial", "attention_factor"})  # see engine/backend.py
 
     # -- weights ---------------------------------------------------------------------------------------
     def matrix(self, t) -> np.ndarray:
@@ -60,13 +68,26 @@ class ReferenceBackend:
         var = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
         return (x / np.sqrt(var + np.float32(eps))) * w
 
+    def layernorm(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, eps: float) -> np.ndarray:
+        d = x.shape[-1]
+        if w.size != d:  # one row of gains per head: (heads, D) against (T, heads, D)
+            w, b = w.reshape(-1, d), None if b is None else b.reshape(-1, d)
+        mean = np.mean(x, axis=-1, keepdims=True, dtype=np.float32)
+        centred = x - mean
+        var = np.mean(centred * centred, axis=-1, keepdims=True, dtype=np.float32)
+        y = centred / np.sqrt(var + np.float32(eps)) * w
+        return y + b if b is not None else y
+
     def rope_table(self, head_dim: int, theta: float, scaling: RopeScaling) -> RopeTable:
         return RopeTable(head_dim, theta, scaling)
 
     def rope(self, x: np.ndarray, positions: np.ndarray, table: RopeTable) -> np.ndarray:
         cos, sin = table.upto(int(positions.max()) + 1)
-        c, s = cos[positions][:, None, :], sin[positions][:, None, :]  # (T, 1, D)
-        half = x.shape[-1] // 2
+        c, s = cos[positions][:, None, :], sin[positions][:, None, :]  # (T, 1, R)
+        rot = c.shape[-1]  # the leading dims RoPE turns; the rest of each head passes unchanged
+        if rot < x.shape[-1]:
+            return np.concatenate([self.rope(x[..., :rot], positions, table), x[..., rot:]], axis=-1)
+        half = rot // 2
         rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)  # rotate_half
         return x * c + rotated * s
 
@@ -107,8 +128,16 @@ class ReferenceBackend:
             a = np.float32(0.5) * gate * (np.float32(1.0) + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (gate + np.float32(0.044715) * gate**3)))
         return a * up
 
+    def activation(self, x: np.ndarray, act: str) -> np.ndarray:
+        if act == "gelu":  # erf, as torch's exact GELU
+            return (np.float32(0.5) * x * (np.float32(1.0) + _erf(x / np.float32(np.sqrt(2.0))))).astype(np.float32)
+        return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x**3)))
+
     def add(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return x + y
+
+    def scale(self, x: np.ndarray, s: float) -> np.ndarray:
+        return x * np.float32(s)
 
     def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
         return np.tanh(x / np.float32(cap)) * np.float32(cap)

@@ -5,6 +5,12 @@ translates its checkpoint's names into these and says which optional parts it ha
 sandwich norms). Everything a family varies is a field of ModelConfig, so the block below reads like the
 papers: x = x + attn(norm(x)); x = x + mlp(norm(x)).
 
+The classic decoders vary that block in four places, each a config field: LayerNorm instead of RMSNorm
+(`norm`), a parallel residual that feeds attention and the MLP the same input (`parallel_residual`), RoPE on
+the leading `rope_dim` dims of each head only, and Granite's multipliers on block outputs and logits. The ops
+they need beyond the common ones (`layernorm`, `activation`, `scale`, a partial `rope`) are checked on the
+backend when the Transformer is built, so a backend without them fails there, by name, not mid-forward.
+
 A mixture-of-experts MLP (ModelConfig.n_experts) keeps every expert as its own resident matrices (split from
 llama.cpp's stacked `ffn_*_exps` tensors, zero-copy), so it runs on any backend's `matrix` / `linear`. The
 router's top-k choice and the weighted sum of the experts' outputs are host arithmetic (numpy f32) on
@@ -20,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fakcore.engine.backend import Backend, Segment
+from fakcore.engine.backend import Backend, BackendError, Segment
 from fakcore.formats.tensor import Tensor
 from fakcore.models.config import ModelConfig, RopeScaling
 from fakcore.models.shapes import check_tensors
@@ -44,7 +50,7 @@ class LayerWeights:
     wv: Any  # (n_kv_heads*head_dim, dim)
     wo: Any  # (dim, n_heads*head_dim)
     ffn_norm: Any  # (dim,)                    None with post_norm
-    w_gate: Any  # (ffn_dim, dim)              None with n_experts
+    w_gate: Any  # (ffn_dim, dim)              None with n_experts or a plain MLP
     w_up: Any  # (ffn_dim, dim)                None with n_experts
     w_down: Any  # (dim, ffn_dim)              None with n_experts
     bq: Any = None  # (n_heads*head_dim,)      qkv_bias
@@ -60,6 +66,11 @@ class LayerWeights:
     wqkv: Any = None  # ((n_heads + 2*n_kv_heads)*head_dim, dim), replaces wq, wk, wv
     bqkv: Any = None
     w_gate_up: Any = None  # (2*ffn_dim, dim), replaces w_gate, w_up
+    attn_norm_b: Any = None  # (dim,)           norm_bias
+    ffn_norm_b: Any = None  # (dim,)            norm_bias
+    bo: Any = None  # (dim,)                    attn_out_bias
+    b_up: Any = None  # (ffn_dim,)              mlp_bias
+    b_down: Any = None  # (dim,)                mlp_bias
 
 
 @dataclass
@@ -68,6 +79,7 @@ class Weights:
     output_norm: Any  # (dim,)
     output: Any  # (vocab, dim); the embedding table itself when tied
     layers: list[LayerWeights]
+    output_norm_b: Any = None  # (dim,)  norm_bias
 
 
 def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backend, source: str) -> Weights:
@@ -101,6 +113,8 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
             q_norm=opt(p + "attn_q_norm.weight", "n"), k_norm=opt(p + "attn_k_norm.weight", "n"),
             post_attn_norm=opt(p + "post_attention_norm.weight", "n"), post_ffn_norm=opt(p + "post_ffw_norm.weight", "n"),
             router=opt(p + "ffn_gate_inp.weight", "m"), experts=experts(p),
+            attn_norm_b=opt(p + "attn_norm.bias", "b"), ffn_norm_b=opt(p + "ffn_norm.bias", "b"),
+            bo=opt(p + "attn_output.bias", "b"), b_up=opt(p + "ffn_up.bias", "b"), b_down=opt(p + "ffn_down.bias", "b"),
         ))
     fuse = getattr(backend, "fuse", None)
     if fuse is not None:
@@ -111,12 +125,15 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
                 if L.bq is not None:
                     L.bqkv = np.concatenate([L.bq, L.bk, L.bv])
             for m in [L] if L.experts is None else L.experts:
+                if m.w_gate is None:  # a plain MLP: nothing to fuse
+                    continue
                 m.w_gate_up = fuse([m.w_gate, m.w_up])
                 if m.w_gate_up is not None:
                     m.w_gate = m.w_up = None
     tok_embd = backend.embedding(tensors["token_embd.weight"])
     output = backend.matrix(tensors["token_embd.weight"] if cfg.tie_embeddings else tensors["output.weight"])
-    return Weights(tok_embd=tok_embd, output_norm=backend.vector(tensors["output_norm.weight"], off), output=output, layers=layers)
+    return Weights(tok_embd=tok_embd, output_norm=backend.vector(tensors["output_norm.weight"], off), output=output,
+                   layers=layers, output_norm_b=opt("output_norm.bias", "b"))
 
 
 def split_experts(t: Tensor) -> list[Tensor]:
@@ -132,6 +149,7 @@ class Transformer:
 
     def __init__(self, cfg: ModelConfig, weights: Weights, backend: Backend):
         self.cfg, self.w, self.be = cfg, weights, backend
+        check_backend(cfg, backend)
         tables: dict[tuple[float, bool], Any] = {}
         self.rope = []
         for i in range(cfg.n_layers):
@@ -140,7 +158,7 @@ class Transformer:
             scaled = not (cfg.layer_window[i] and cfg.rope_local_theta)
             key = (theta, scaled)
             if key not in tables:
-                tables[key] = backend.rope_table(cfg.head_dim, theta, cfg.rope_scaling if scaled else RopeScaling("none"))
+                tables[key] = backend.rope_table(cfg.rotary_dim, theta, cfg.rope_scaling if scaled else RopeScaling("none"))
             self.rope.append(tables[key])
 
     def new_cache(self) -> Any:
@@ -163,8 +181,9 @@ class Transformer:
         if capture is not None:
             capture.append(be.to_host(x))
         for i, L in enumerate(w.layers):
+            block_in = x
             # -- attention: x = x + attn(norm(x))
-            h = x if cfg.post_norm else be.rmsnorm(x, L.attn_norm, cfg.norm_eps)
+            h = x if cfg.post_norm else self.norm(x, L.attn_norm, L.attn_norm_b)
             if L.wqkv is not None:
                 qkv = be.linear(h, L.wqkv, L.bqkv)  # (T, (H + 2*Hkv) * D)
                 qd, kd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
@@ -176,23 +195,26 @@ class Transformer:
             q = q.reshape(T, cfg.n_heads, cfg.head_dim)  # (T, H, D)
             k = k.reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
             v = v.reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
-            if cfg.qk_norm and not cfg.qk_norm_full:
-                q = be.rmsnorm(q, L.q_norm, cfg.norm_eps)
-                k = be.rmsnorm(k, L.k_norm, cfg.norm_eps)
+            if cfg.qk_norm and not cfg.qk_norm_full:  # over each head (StableLM: gains of its own per head)
+                q = self.norm(q, L.q_norm, None)
+                k = self.norm(k, L.k_norm, None)
             k_pre = k
             q = be.rope(q, positions, self.rope[i])
             k = be.rope(k, positions, self.rope[i])
             a = be.attention(q, k_pre, k, v, segments, i, cfg.layer_window[i], cfg.scale, cfg.attn_softcap)  # (T, H, D)
-            o = be.linear(a.reshape(T, cfg.n_heads * cfg.head_dim), L.wo)  # (T, dim)
+            o = be.linear(a.reshape(T, cfg.n_heads * cfg.head_dim), L.wo, L.bo)  # (T, dim)
             if cfg.sandwich_norm or cfg.post_norm:
                 o = be.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
-            x = be.add(x, o)
+            x = be.add(x, self.residual(o))
             # -- MLP: x = x + down(act(gate(norm(x))) * up(norm(x)))
-            h = x if cfg.post_norm else be.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
+            if cfg.parallel_residual:  # x = x + attn(norm(x)) + mlp(ffn_norm(x)): the MLP reads the block's input
+                h = h if cfg.shared_ffn_norm else self.norm(block_in, L.ffn_norm, L.ffn_norm_b)
+            else:
+                h = x if cfg.post_norm else self.norm(x, L.ffn_norm, L.ffn_norm_b)
             m = self.moe(h, L) if L.experts is not None else self.mlp(h, L)
             if cfg.sandwich_norm or cfg.post_norm:
                 m = be.rmsnorm(m, L.post_ffn_norm, cfg.norm_eps)
-            x = be.add(x, m)
+            x = be.add(x, self.residual(m))
             if capture is not None:
                 capture.append(be.to_host(x))
 
@@ -200,14 +222,29 @@ class Transformer:
             seg.cache.commit(tokens[seg.rows].tolist())
         if logit_rows is not None:
             x = be.take_rows(x, logit_rows)
-        logits = be.linear(be.rmsnorm(x, w.output_norm, cfg.norm_eps), w.output)  # (R, vocab)
+        logits = be.linear(self.norm(x, w.output_norm, w.output_norm_b), w.output)  # (R, vocab)
+        if cfg.logit_scale != 1.0:  # Granite: logits / logits_scaling
+            logits = be.scale(logits, 1.0 / cfg.logit_scale)
         if cfg.final_softcap:
             logits = be.softcap(logits, cfg.final_softcap)
         return be.to_host(logits)
 
+    def norm(self, x: Any, w: Any, b: Any) -> Any:
+        """The model's norm over the last axis: RMSNorm, or LayerNorm (with bias b, if any)."""
+        if self.cfg.norm == "layer":
+            return self.be.layernorm(x, w, b, self.cfg.norm_eps)
+        return self.be.rmsnorm(x, w, self.cfg.norm_eps)
+
+    def residual(self, y: Any) -> Any:
+        """A block output on its way into the residual stream (Granite scales it)."""
+        return y if self.cfg.residual_scale == 1.0 else self.be.scale(y, self.cfg.residual_scale)
+
     def mlp(self, h: Any, m: LayerWeights | Expert) -> Any:
-        """down(act(gate(h)) * up(h)): (T, dim) -> (T, dim), a dense layer's MLP or one expert."""
+        """down(act(gate(h)) * up(h)): (T, dim) -> (T, dim), a dense layer's MLP or one expert;
+        down(act(up(h))) with biases for a plain one (GPT-NeoX)."""
         be = self.be
+        if not self.cfg.gated_mlp:
+            return be.linear(be.activation(be.linear(h, m.w_up, m.b_up), self.cfg.act), m.w_down, m.b_down)
         if m.w_gate_up is not None:
             width = self.cfg.expert_ffn_dim if isinstance(m, Expert) else self.cfg.ffn_dim
             gu = be.linear(h, m.w_gate_up)  # (T, 2 * width)
@@ -234,3 +271,17 @@ class Transformer:
             y = be.to_host(self.mlp(be.take_rows(h, rows), L.experts[e]))  # (len(rows), dim)
             out[rows] += y * weights[rows, slot, None]
         return out
+
+
+def check_backend(cfg: ModelConfig, backend: Backend) -> None:
+    """The ops beyond the common ones that `cfg` needs, present on `backend` (else BackendError naming them)."""
+    needs = {"layernorm": cfg.norm == "layer", "activation": not cfg.gated_mlp,
+             "scale": cfg.residual_scale != 1.0 or cfg.logit_scale != 1.0}
+    missing = [op for op, needed in needs.items() if needed and not hasattr(backend, op)]
+    features = getattr(backend, "rope_features", frozenset())
+    if cfg.rotary_dim != cfg.head_dim and "partial" not in features:
+        missing.append(f"partial rope (rope_dim {cfg.rotary_dim} of head_dim {cfg.head_dim})")
+    if cfg.rope_scaling.attention_factor != 1.0 and "attention_factor" not in features:
+        missing.append(f"rope attention factor ({cfg.rope_scaling.kind})")
+    if missing:
+        raise BackendError(f"the {backend.name} backend cannot run {cfg.arch}: it has no {', '.join(missing)}")

@@ -32,8 +32,12 @@ def gguf_field(meta: Mapping[str, Any], key: str, source: str, default: Any = _M
     return default
 
 
-def gguf_base(meta: Mapping[str, Any], arch: str, source: str) -> dict[str, Any]:
-    """ModelConfig fields every llama.cpp architecture stores the same way (keyword arguments)."""
+def gguf_base(meta: Mapping[str, Any], arch: str, source: str, *, layer_norm: bool = False,
+              partial_rope: bool = False) -> dict[str, Any]:
+    """ModelConfig fields every llama.cpp architecture stores the same way (keyword arguments).
+
+    layer_norm: the family uses LayerNorm, whose epsilon is `attention.layer_norm_epsilon`; partial_rope: a
+    `rope.dimension_count` below the head size is the family's partial rotary (`rope_dim`), not an error."""
 
     def get(key: str, default: Any = _MISSING) -> Any:
         return gguf_field(meta, f"{arch}.{key}", source, default)
@@ -47,8 +51,9 @@ def gguf_base(meta: Mapping[str, Any], arch: str, source: str) -> dict[str, Any]
     head_dim = int(get("attention.key_length", dim // n_heads))
     if int(get("attention.value_length", head_dim)) != head_dim:
         raise ConfigError(f"{source}: '{arch}.attention.value_length' differs from key_length: not supported")
-    if int(get("rope.dimension_count", head_dim)) != head_dim:
-        raise ConfigError(f"{source}: '{arch}.rope.dimension_count' = {get('rope.dimension_count')} is not the "
+    rope_dim = int(get("rope.dimension_count", head_dim))
+    if rope_dim != head_dim and not partial_rope:
+        raise ConfigError(f"{source}: '{arch}.rope.dimension_count' = {rope_dim} is not the "
                           f"head size {head_dim} (partial RoPE is not supported)")
     vocab = get("vocab_size", None)
     if vocab is None:
@@ -56,10 +61,12 @@ def gguf_base(meta: Mapping[str, Any], arch: str, source: str) -> dict[str, Any]
     eos = [int(meta[k]) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
                                   "tokenizer.ggml.eom_token_id") if meta.get(k) is not None]
     bos = meta.get("tokenizer.ggml.bos_token_id")
-    return dict(
+    eps = get("attention.layer_norm_epsilon") if layer_norm else get("attention.layer_norm_rms_epsilon")
+    extra = {"rope_dim": rope_dim} if partial_rope else {}
+    return extra | dict(
         arch=arch, vocab_size=int(vocab), dim=dim, n_layers=int(get("block_count")), n_heads=n_heads,
         n_kv_heads=int(n_kv), head_dim=head_dim, ffn_dim=int(get("feed_forward_length")),
-        norm_eps=float(get("attention.layer_norm_rms_epsilon")), rope_theta=float(get("rope.freq_base", 10000.0)),
+        norm_eps=float(eps), rope_theta=float(get("rope.freq_base", 10000.0)),
         context_length=int(get("context_length")), rope_scaling=gguf_rope_scaling(meta, arch, source),
         bos_id=None if bos is None else int(bos), eos_ids=tuple(dict.fromkeys(eos)),
     )
@@ -100,17 +107,21 @@ def hf_field(cfg: Mapping[str, Any], key: str, source: str, default: Any = _MISS
     return default
 
 
-def hf_base(cfg: Mapping[str, Any], arch: str, source: str) -> dict[str, Any]:
-    """ModelConfig fields every HuggingFace decoder config spells the same way (keyword arguments)."""
+def hf_base(cfg: Mapping[str, Any], arch: str, source: str, *, eps_key: str = "rms_norm_eps",
+            eps_default: Any = _MISSING, default_theta: float = 10000.0, allow_partial: bool = False) -> dict[str, Any]:
+    """ModelConfig fields every HuggingFace decoder config spells the same way (keyword arguments).
+
+    LayerNorm families name their epsilon `layer_norm_eps` (eps_key, with the family's default); families
+    with partial rotary read the factor themselves (allow_partial, hf_rope_dim)."""
     dim, n_heads = int(hf_field(cfg, "hidden_size", source)), int(hf_field(cfg, "num_attention_heads", source))
     head_dim = int(hf_field(cfg, "head_dim", source, dim // n_heads))
-    theta, scaling = hf_rope(cfg, None, source)
+    theta, scaling = hf_rope(cfg, None, source, default_theta, allow_partial)
     eos = hf_field(cfg, "eos_token_id", source, [])
     return dict(
         arch=arch, vocab_size=int(hf_field(cfg, "vocab_size", source)), dim=dim,
         n_layers=int(hf_field(cfg, "num_hidden_layers", source)), n_heads=n_heads,
         n_kv_heads=int(hf_field(cfg, "num_key_value_heads", source, n_heads)), head_dim=head_dim,
-        ffn_dim=int(hf_field(cfg, "intermediate_size", source)), norm_eps=float(hf_field(cfg, "rms_norm_eps", source)),
+        ffn_dim=int(hf_field(cfg, "intermediate_size", source)), norm_eps=float(hf_field(cfg, eps_key, source, eps_default)),
         rope_theta=theta, rope_scaling=scaling, context_length=int(hf_field(cfg, "max_position_embeddings", source)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), bos_id=cfg.get("bos_token_id"),
         eos_ids=tuple([eos] if isinstance(eos, int) else eos),
@@ -118,11 +129,12 @@ def hf_base(cfg: Mapping[str, Any], arch: str, source: str) -> dict[str, Any]:
 
 
 def hf_rope(cfg: Mapping[str, Any], layer_type: str | None, source: str,
-            default_theta: float = 10000.0) -> tuple[float, RopeScaling]:
+            default_theta: float = 10000.0, allow_partial: bool = False) -> tuple[float, RopeScaling]:
     """(base, scaling) of one layer type ("full_attention", "sliding_attention"; None: the only one).
 
     transformers 5 writes `rope_parameters` (per layer type when they differ); older files write
-    `rope_theta` + `rope_scaling`. Both are read.
+    `rope_theta` + `rope_scaling`. Both are read. A partial_rotary_factor is an error unless the family
+    reads it (`allow_partial`, then `hf_rope_dim`).
     """
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and layer_type is not None and layer_type in params:
@@ -133,7 +145,7 @@ def hf_rope(cfg: Mapping[str, Any], layer_type: str | None, source: str,
         params = dict(cfg.get("rope_scaling") or {})
         params.setdefault("rope_theta", cfg.get("rope_theta", default_theta))
     theta = float(params.get("rope_theta") or default_theta)
-    if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
+    if float(params.get("partial_rotary_factor", 1.0)) != 1.0 and not allow_partial:
         raise ConfigError(f"{source}: partial_rotary_factor {params['partial_rotary_factor']} is not supported")
     kind = params.get("rope_type", params.get("type", "default"))
     if kind == "default":
@@ -146,6 +158,24 @@ def hf_rope(cfg: Mapping[str, Any], layer_type: str | None, source: str,
                                   high_freq_factor=float(params["high_freq_factor"]),
                                   original_context=int(params["original_max_position_embeddings"]))
     raise ConfigError(f"{source}: rope type {kind!r} is not supported (default, linear, llama3)")
+
+
+def hf_rope_dim(cfg: Mapping[str, Any], head_dim: int, source: str, default: float = 1.0) -> int:
+    """Dims of each head RoPE rotates, int(head_dim * factor) as transformers computes it. The factor is
+    `partial_rotary_factor` in `rope_parameters` (transformers 5), else at the top level, else the older
+    names `rotary_pct` (GPT-NeoX) and `rope_pct` (StableLM); `default` when none is written."""
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    for factor in (params.get("partial_rotary_factor"), cfg.get("partial_rotary_factor"), cfg.get("rotary_pct"),
+                   cfg.get("rope_pct")):
+        if factor is not None:
+            break
+    else:
+        factor = default
+    rope_dim = int(head_dim * float(factor))
+    if not 0 < rope_dim <= head_dim or rope_dim % 2:
+        raise ConfigError(f"{source}: partial_rotary_factor {factor} gives {rope_dim} rotated dims of head_dim "
+                          f"{head_dim} (an even number from 2 to head_dim is needed)")
+    return rope_dim
 
 
 def hf_window_pattern(cfg: Mapping[str, Any], n_layers: int, source: str,
@@ -186,20 +216,40 @@ HF_IGNORED_SUFFIXES = ("self_attn.rotary_emb.inv_freq",)
 
 
 def rename_hf(tensors: Mapping[str, Tensor], layer_map: Mapping[str, str], n_layers: int, tie_embeddings: bool,
-              source: str) -> dict[str, Tensor]:
-    """HuggingFace names -> canonical names. A name no rule knows is an error naming file and tensor."""
+              source: str, global_map: Mapping[str, str] = HF_GLOBAL, layers: str = "model.layers.",
+              ignored: tuple[str, ...] = HF_IGNORED_SUFFIXES) -> dict[str, Tensor]:
+    """HuggingFace names -> canonical names. A name no rule knows is an error naming file and tensor.
+    `global_map`, `layers` (the prefix of per-layer names) and `ignored` are for families that do not use
+    Llama's `model.` names (GPT-NeoX)."""
     out: dict[str, Tensor] = {}
     for name, t in tensors.items():
-        if name.endswith(HF_IGNORED_SUFFIXES) or (tie_embeddings and name == "lm_head.weight"):
+        canonical = global_map.get(name)
+        if name.endswith(ignored) or (tie_embeddings and canonical == "output.weight"):
             continue  # the tied head is the embedding table itself
-        canonical = HF_GLOBAL.get(name)
-        if canonical is None and name.startswith("model.layers."):
-            index, _, rest = name[len("model.layers."):].partition(".")
+        if canonical is None and name.startswith(layers):
+            index, _, rest = name[len(layers):].partition(".")
             if index.isdigit() and int(index) < n_layers and rest in layer_map:
                 canonical = f"blk.{index}.{layer_map[rest]}"
         if canonical is None:
             raise WeightError(f"{t.source or source}: unexpected tensor {name!r}")
         out[canonical] = t
+    return out
+
+
+def split_rows(t: Tensor, parts: Mapping[str, np.ndarray], source: str) -> dict[str, Tensor]:
+    """A fused projection (or its bias) as one tensor per part: `parts` maps each new name to the rows
+    (elements, for a bias) of `t` it takes. Rows move as whole quant blocks, so quantized tensors stay so."""
+    n = sum(len(rows) for rows in parts.values())
+    if t.shape[0] != n:
+        raise WeightError(f"{t.source or source}: tensor {t.name!r} has {t.shape[0]} rows, expected {n}")
+    out = {}
+    for name, rows in parts.items():
+        if len(t.shape) == 1:  # a bias: one element per row, F32/F16/BF16 (block size 1)
+            raw = t.raw.reshape(t.shape[0], -1)[rows].reshape(-1)
+            out[name] = Tensor(name, t.qtype, (len(rows),), raw, t.source or source)
+        else:
+            part = t.take_rows(rows)
+            out[name] = Tensor(name, part.qtype, part.shape, part.raw, t.source or source)
     return out
 
 
@@ -225,12 +275,13 @@ def unpermute_qk(t: Tensor, n_heads: int) -> Tensor:
 
 
 def rope_freqs_check(t: Tensor, head_dim: int, source: str) -> tuple[float, ...]:
-    """The per-frequency divisors of a `rope_freqs.weight` tensor, checked for shape and sanity."""
+    """The per-frequency divisors of a `rope_freqs.weight` tensor (or Phi-3's `rope_factors_*`), checked for
+    shape and sanity; head_dim: the dims RoPE rotates."""
     values = t.dequantize().reshape(-1)
     if values.size != head_dim // 2:
-        raise WeightError(f"{source}: tensor 'rope_freqs.weight' has {values.size} values, expected {head_dim // 2}")
+        raise WeightError(f"{source}: tensor {t.name!r} has {values.size} values, expected {head_dim // 2}")
     if not np.all(np.isfinite(values)) or np.any(values <= 0):
-        raise WeightError(f"{source}: tensor 'rope_freqs.weight' holds non-positive or non-finite factors")
+        raise WeightError(f"{source}: tensor {t.name!r} holds non-positive or non-finite factors")
     return tuple(float(v) for v in values)
 
 

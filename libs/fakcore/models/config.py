@@ -22,15 +22,17 @@ class RopeScaling:
     "linear": every frequency divided by `factor`. "llama3": HuggingFace's Llama-3.1 rule (long wavelengths
     slowed by `factor`, short ones kept, a blend between). "factors": one divisor per frequency, as
     llama.cpp stores Llama-3 scaling in GGUF files (the `rope_freqs.weight` tensor; the metadata keeps none
-    of the llama3 parameters, so the divisors are the only faithful record).
+    of the llama3 parameters, so the divisors are the only faithful record). "longrope" (Phi-3): one divisor
+    per frequency (the short factors) and cos/sin multiplied by `attention_factor`.
     """
 
-    kind: str  # "none" | "linear" | "llama3" | "factors"
+    kind: str  # "none" | "linear" | "llama3" | "factors" | "longrope"
     factor: float = 1.0
     low_freq_factor: float = 1.0  # llama3
     high_freq_factor: float = 4.0  # llama3
     original_context: int = 8192  # llama3: original_max_position_embeddings
-    factors: tuple[float, ...] = ()  # "factors": (head_dim/2,) divisors of the inverse frequencies
+    factors: tuple[float, ...] = ()  # "factors", "longrope": (rotary_dim/2,) divisors of the inverse frequencies
+    attention_factor: float = 1.0  # "longrope": cos and sin multiplied by it (so q.k by its square)
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,8 @@ class ModelConfig:
     n_heads: int  # query heads
     n_kv_heads: int  # key/value heads (< n_heads: grouped-query attention)
     head_dim: int  # per-head width (usually dim // n_heads; Gemma sets it on its own)
-    ffn_dim: int  # gated MLP inner width (intermediate_size)
-    norm_eps: float  # RMSNorm epsilon
+    ffn_dim: int  # MLP inner width (intermediate_size)
+    norm_eps: float  # RMSNorm (or LayerNorm) epsilon
     rope_theta: float  # RoPE base of global layers
     context_length: int  # positions the model was trained for
     tie_embeddings: bool = False  # the LM head is the token embedding table
@@ -55,7 +57,7 @@ class ModelConfig:
     sandwich_norm: bool = False  # Gemma2/3: extra norms after attention and after the MLP
     post_norm: bool = False  # OLMo2: no norm before attention / MLP, one on each output (before the residual add)
     qk_norm_full: bool = False  # OLMo2: the q/k norms span all heads at once (n_heads*head_dim), not one head
-    act: str = "silu"  # gated MLP activation: "silu" | "gelu_tanh"
+    act: str = "silu"  # MLP activation: gated "silu" | "gelu_tanh"; plain "gelu" (erf) | "gelu_tanh"
     embed_scale: float = 1.0  # Gemma: embeddings multiplied by sqrt(dim)
     attn_scale: float = 0.0  # softmax scale; 0: 1/sqrt(head_dim)
     attn_softcap: float = 0.0  # Gemma2: tanh cap on attention logits; 0: none
@@ -70,16 +72,49 @@ class ModelConfig:
     n_experts_used: int = 0  # top-k
     expert_ffn_dim: int = 0  # each expert's inner width (moe_intermediate_size)
     expert_weights_norm: bool = True  # the k chosen weights renormalised to sum 1 (norm_topk_prob)
+    # classic decoders (GPT-NeoX, StableLM, Phi-3, Granite)
+    norm: str = "rms"  # "rms" | "layer": LayerNorm, (x - mean) / std * w (+ b), for every norm of the model
+    norm_bias: bool = False  # the block and output LayerNorms carry biases (attn_norm.bias, …)
+    rope_dim: int = 0  # leading dims of each head that RoPE rotates (NEOX halves), the rest pass; 0: head_dim
+    parallel_residual: bool = False  # x = x + attn(norm(x)) + mlp(ffn_norm(x)): both read the block's input
+    shared_ffn_norm: bool = False  # parallel_residual (StableLM): the MLP reads attention's normed input, no ffn_norm
+    gated_mlp: bool = True  # False: down(act(up(x))), no gate projection (GPT-NeoX)
+    attn_out_bias: bool = False  # GPT-NeoX: bias on the attention output projection
+    mlp_bias: bool = False  # GPT-NeoX: biases on up and down (plain MLP only)
+    qk_norm_per_head: bool = False  # StableLM: each head of q and k has its own norm gains, (heads, head_dim)
+    residual_scale: float = 1.0  # Granite: every block output (attention, MLP) multiplied before its residual add
+    logit_scale: float = 1.0  # Granite: logits divided by it
     # derived in __post_init__
     layer_window: tuple[int, ...] = field(default=(), init=False)  # per layer: window size, 0 = global
     layer_rope_theta: tuple[float, ...] = field(default=(), init=False)  # per layer RoPE base
     scale: float = field(default=0.0, init=False)  # the softmax scale actually used
+    rotary_dim: int = field(default=0, init=False)  # dims RoPE rotates: rope_dim, or head_dim
 
     def __post_init__(self) -> None:
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(f"{self.arch}: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
-        if self.act not in ("silu", "gelu_tanh"):
-            raise ConfigError(f"{self.arch}: unknown activation {self.act!r}")
+        acts = ("silu", "gelu_tanh") if self.gated_mlp else ("gelu", "gelu_tanh")
+        if self.act not in acts:
+            raise ConfigError(f"{self.arch}: activation {self.act!r} is not supported for a "
+                              f"{'gated' if self.gated_mlp else 'plain'} MLP ({', '.join(acts)})")
+        if self.norm not in ("rms", "layer"):
+            raise ConfigError(f"{self.arch}: unknown norm {self.norm!r} (rms, layer)")
+        if self.norm_bias and self.norm != "layer":
+            raise ConfigError(f"{self.arch}: norm biases need LayerNorm")
+        if self.mlp_bias and self.gated_mlp:
+            raise ConfigError(f"{self.arch}: MLP biases are supported on a plain MLP only")
+        if self.shared_ffn_norm and not self.parallel_residual:
+            raise ConfigError(f"{self.arch}: shared_ffn_norm needs parallel_residual")
+        if self.parallel_residual and (self.post_norm or self.sandwich_norm or self.n_experts):
+            raise ConfigError(f"{self.arch}: parallel_residual with post/sandwich norms or experts is not supported")
+        if self.n_experts and not self.gated_mlp:
+            raise ConfigError(f"{self.arch}: experts are gated MLPs")
+        if self.qk_norm_per_head and (not self.qk_norm or self.qk_norm_full):
+            raise ConfigError(f"{self.arch}: qk_norm_per_head needs per-head qk_norm")
+        if not 0 <= self.rope_dim <= self.head_dim or self.rope_dim % 2:
+            raise ConfigError(f"{self.arch}: rope_dim {self.rope_dim} is not an even number of dims <= head_dim {self.head_dim}")
+        if self.residual_scale <= 0 or self.logit_scale <= 0:
+            raise ConfigError(f"{self.arch}: residual_scale {self.residual_scale} and logit_scale {self.logit_scale} must be > 0")
         if self.n_experts and not 0 < self.n_experts_used <= self.n_experts:
             raise ConfigError(f"{self.arch}: {self.n_experts_used} experts used per token of {self.n_experts}")
         if self.post_norm and self.sandwich_norm:
@@ -93,6 +128,7 @@ class ModelConfig:
         object.__setattr__(self, "layer_window", windows)
         object.__setattr__(self, "layer_rope_theta", thetas)
         object.__setattr__(self, "scale", self.attn_scale or 1.0 / math.sqrt(self.head_dim))
+        object.__setattr__(self, "rotary_dim", self.rope_dim or self.head_dim)
 
     @property
     def group(self) -> int:

@@ -22,26 +22,38 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every canonical tensor the config implies, with its row-major shape."""
     q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab_size, cfg.dim), "output_norm.weight": (cfg.dim,)}
+    if cfg.norm_bias:
+        shapes["output_norm.bias"] = (cfg.dim,)
     if not cfg.tie_embeddings:
         shapes["output.weight"] = (cfg.vocab_size, cfg.dim)
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
         shapes |= {p + "attn_q.weight": (q, cfg.dim), p + "attn_k.weight": (kv, cfg.dim),
                    p + "attn_v.weight": (kv, cfg.dim), p + "attn_output.weight": (cfg.dim, q)}
-        if not cfg.post_norm:
-            shapes |= {p + "attn_norm.weight": (cfg.dim,), p + "ffn_norm.weight": (cfg.dim,)}
+        norms = [] if cfg.post_norm else ["attn_norm"] if cfg.shared_ffn_norm else ["attn_norm", "ffn_norm"]
+        for norm in norms:
+            shapes[p + norm + ".weight"] = (cfg.dim,)
+            if cfg.norm_bias:
+                shapes[p + norm + ".bias"] = (cfg.dim,)
         if cfg.n_experts:  # experts stacked on a first axis, as llama.cpp stores them
             e, f = cfg.n_experts, cfg.expert_ffn_dim
             shapes |= {p + "ffn_gate_inp.weight": (e, cfg.dim), p + "ffn_gate_exps.weight": (e, f, cfg.dim),
                        p + "ffn_up_exps.weight": (e, f, cfg.dim), p + "ffn_down_exps.weight": (e, cfg.dim, f)}
         else:
-            shapes |= {p + "ffn_gate.weight": (cfg.ffn_dim, cfg.dim), p + "ffn_up.weight": (cfg.ffn_dim, cfg.dim),
-                       p + "ffn_down.weight": (cfg.dim, cfg.ffn_dim)}
+            shapes |= {p + "ffn_up.weight": (cfg.ffn_dim, cfg.dim), p + "ffn_down.weight": (cfg.dim, cfg.ffn_dim)}
+            if cfg.gated_mlp:
+                shapes[p + "ffn_gate.weight"] = (cfg.ffn_dim, cfg.dim)
+        if cfg.mlp_bias:
+            shapes |= {p + "ffn_up.bias": (cfg.ffn_dim,), p + "ffn_down.bias": (cfg.dim,)}
         if cfg.qkv_bias:
             shapes |= {p + "attn_q.bias": (q,), p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
+        if cfg.attn_out_bias:
+            shapes[p + "attn_output.bias"] = (cfg.dim,)
         if cfg.qk_norm:
-            qn, kn = (q, kv) if cfg.qk_norm_full else (cfg.head_dim, cfg.head_dim)
-            shapes |= {p + "attn_q_norm.weight": (qn,), p + "attn_k_norm.weight": (kn,)}
+            qn, kn = ((q,), (kv,)) if cfg.qk_norm_full else ((cfg.head_dim,), (cfg.head_dim,))
+            if cfg.qk_norm_per_head:  # one row of gains per head
+                qn, kn = (cfg.n_heads, cfg.head_dim), (cfg.n_kv_heads, cfg.head_dim)
+            shapes |= {p + "attn_q_norm.weight": qn, p + "attn_k_norm.weight": kn}
         if cfg.sandwich_norm or cfg.post_norm:
             shapes |= {p + "post_attention_norm.weight": (cfg.dim,), p + "post_ffw_norm.weight": (cfg.dim,)}
     return shapes

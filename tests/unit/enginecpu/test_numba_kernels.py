@@ -93,6 +93,30 @@ def test_elementwise_ops_match_reference(nb):
         np.testing.assert_allclose(nb.gated(g, u, act), ref.gated(g, u, act), rtol=1e-5, atol=1e-6)
 
 
+def test_classic_decoder_ops_match_reference_and_are_batch_invariant(nb):
+    """LayerNorm (shared gains with bias; per-head gains without), the plain MLP's activations, partial RoPE
+    (8 of 16 dims turn, the rest pass) with a longrope attention factor."""
+    from fakcore.models.config import RopeScaling
+
+    ref = ReferenceBackend()
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((7, 4, 16)) + 0.5).astype(np.float32)
+    w, b = rng.standard_normal((2, 16)).astype(np.float32)
+    heads = rng.standard_normal(4 * 16).astype(np.float32)
+    for args in ((w, b), (heads, None)):
+        got = nb.layernorm(x, *args, 1e-5)
+        np.testing.assert_allclose(got, ref.layernorm(x, *args, 1e-5), rtol=1e-5, atol=1e-5)
+        assert np.array_equal(nb.layernorm(x[2:3], *args, 1e-5), got[2:3])  # one token alone: the same bits
+    h = rng.standard_normal((5, 96)).astype(np.float32) * 3
+    for act in ("gelu", "gelu_tanh"):
+        np.testing.assert_allclose(nb.activation(h, act), ref.activation(h, act), rtol=1e-5, atol=1e-6)
+    pos = np.array([0, 1, 2, 50, 51, 700, 3])
+    scaling = RopeScaling("longrope", factors=(1.0, 2.0, 3.0, 4.0), attention_factor=1.2)
+    got = nb.rope(x, pos, nb.rope_table(8, 10000.0, scaling))
+    np.testing.assert_allclose(got, ref.rope(x, pos, ref.rope_table(8, 10000.0, scaling)), rtol=1e-5, atol=1e-5)
+    assert np.array_equal(got[..., 8:], x[..., 8:])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the int8-activation path, on every instruction set this CPU runs (AVX-512 VNNI, AVX2)
 # ---------------------------------------------------------------------------------------------------------

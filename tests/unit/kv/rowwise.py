@@ -53,3 +53,17 @@ class RowwiseBackend(ReferenceBackend):
                     p /= p.sum()
                     out[seg.rows.start + i, h] = p @ vals
         return out
+
+    def layernorm(self, x, w, b, eps):
+        d = x.shape[-1]
+        flat = x.reshape(-1, d)
+        gains = w.reshape(-1, d)
+        biases = None if b is None else b.reshape(-1, d)
+        out = np.empty_like(flat)
+        for i in range(flat.shape[0]):
+            row = np.ascontiguousarray(flat[i])
+            c = row - np.mean(row, dtype=np.float32)
+            out[i] = c / np.sqrt(np.mean(c * c, dtype=np.float32) + np.float32(eps)) * gains[i % len(gains)]
+            if biases is not None:
+                out[i] += biases[i % len(biases)]
+        return out.reshape(x.shape)

@@ -1,0 +1,74 @@
+"""Exact eviction on the classic decoders (docs/architecture.md §3): drop a middle span of the cache and
+recompute the suffix; the cache is then bit-identical (max |Δ| = 0) to a fresh prefill of the sequence
+without the span, and so are the next 32 greedy logits.
+
+What is new to the claim here: LayerNorm (the mean and variance of each row, per-head gains for StableLM's
+q/k norms), RoPE over part of each head (the rest of the key passes), parallel residuals, the plain GELU MLP
+with biases, Granite's multipliers. Each kernel must give a token the same bits whatever else is in the call;
+the cache is filled in chunks of 16, the suffix recomputed in chunks of 16, the fresh prefill run in one call.
+
+Shift eviction re-rotates keys from their pre-RoPE copies (KVCache.rerotate); with partial RoPE the
+re-rotation must leave the unrotated dims as they are and reproduce the forward pass's keys bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fakcore.engine.eviction import evict_cache, prefill
+from fakcore.engine.kvcache import cut_tokens
+from fakcore.engine.transformer import Transformer, load_weights
+from fakcore.models.checkpoint import load_checkpoint
+from tests.unit.kv.rowwise import RowwiseBackend
+from tests.unit.kv.support import greedy
+
+from .support import export, fak_backend
+
+N_TOKENS, SPAN, STEPS = 48, (16, 28), 32
+CASES = [("gptneox", "numba", "gguf-q8_0"), ("gptneox", "numba", "safetensors"), ("gptneox", "rowwise", "gguf-f32"),
+         ("stablelm", "numba", "safetensors"), ("stablelm", "rowwise", "gguf-f32"), ("phi3", "numba", "gguf-q8_0"),
+         ("phi3-longrope", "numba", "safetensors"), ("granite", "numba", "safetensors")]
+
+
+def transformer(name: str, backend: str, fmt: str, tmp_path) -> Transformer:
+    _, path = export(name, fmt, tmp_path)
+    ckpt = load_checkpoint(path)
+    be = RowwiseBackend() if backend == "rowwise" else fak_backend(backend)
+    assert be.batch_invariant
+    return Transformer(ckpt.config, load_weights(ckpt.config, ckpt.tensors, be, ckpt.source), be)
+
+
+@pytest.mark.parametrize(("name", "backend", "fmt"), CASES, ids=[f"{n}-{b}-{f}" for n, b, f in CASES])
+def test_exact_eviction_of_a_middle_span_equals_a_fresh_prefill_bit_for_bit(name, backend, fmt, tmp_path):
+    tf = transformer(name, backend, fmt, tmp_path)
+    cfg = tf.cfg
+    ids = np.random.default_rng(7).integers(0, cfg.vocab_size, N_TOKENS + 1).tolist()
+    prompt, last = ids[:-1], ids[-1]
+
+    cache = tf.new_cache()
+    prefill(tf, cache, prompt, chunk=16)
+    r = evict_cache(tf, cache, [SPAN], "exact", chunk=16, verify=True)
+    fresh = tf.new_cache()
+    prefill(tf, fresh, cut_tokens(prompt, [SPAN]), chunk=N_TOKENS)
+
+    assert r.identical and r.max_abs_dev == 0.0 and r.layer_dev == [0.0] * cfg.n_layers
+    assert r.tokens_recomputed == N_TOKENS - SPAN[1] and cache.length == fresh.length == N_TOKENS - (SPAN[1] - SPAN[0])
+    assert cache.digest() == fresh.digest() == r.digest_after
+    n = cache.length
+    assert np.array_equal(cache.k_pre[:, :, :n], fresh.k_pre[:, :, :n])
+    ours, theirs = greedy(tf, cache, last, STEPS), greedy(tf, fresh, last, STEPS)
+    assert np.array_equal(ours, theirs), f"max |Δ| = {np.abs(ours - theirs).max()}"
+
+
+@pytest.mark.parametrize("backend", ["numba", "rowwise"])
+def test_rerotation_with_partial_rope_reproduces_the_forward_keys(backend, tmp_path):
+    tf = transformer("gptneox", backend, "safetensors", tmp_path)
+    assert tf.cfg.rotary_dim < tf.cfg.head_dim  # half of each head turns, half passes
+    cache = tf.new_cache()
+    prefill(tf, cache, np.random.default_rng(3).integers(0, tf.cfg.vocab_size, 24).tolist(), chunk=8)
+    n = cache.length
+    keys = cache.k[:, :, :n].copy()
+    assert np.array_equal(keys[..., tf.cfg.rotary_dim:], cache.k_pre[:, :, :n, tf.cfg.rotary_dim:])
+    cache.rerotate(0, n, tf.rope)
+    assert np.array_equal(cache.k[:, :, :n], keys)
