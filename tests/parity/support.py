@@ -5,12 +5,13 @@ The GGUF writer follows the converter step by step (names through `gguf.get_tens
 permutation for llama and granite, +1 on Gemma norm gains, `rope_freqs` for Llama-3 scaling, MoE experts stacked
 per layer into `ffn_*_exps` (Qwen2MoeModel.modify_tensors), GPT-NeoX's per-head qkv rows regrouped into
 [q; k; v] (GPTNeoXModel.modify_tensors), StableLM's per-head q/k norms stacked (StableLMModel._stack_qk_norm),
-Phi-3's longrope factor tensors (Phi3MiniModel.generate_extra_tensors), norms, biases and the MoE router kept
+Phi-3's longrope factor tensors (Phi3MiniModel.generate_extra_tensors), Falcon's qkv rows regrouped from kv groups
+into [q; k; v] (FalconModel.modify_tensors), norms, biases and the MoE router kept
 F32, metadata keys as its TextModel / LlamaModel / Gemma2Model / Gemma3Model / GPTNeoXModel / StableLMModel /
 Phi3MiniModel / GraniteModel write them). Deliberate deviations: a Mistral file also gets
 `llama.attention.sliding_window`, which the converter drops; the partial rotary factor is read from
 transformers 5's `rope_parameters` where the converters read `rotary_pct` / `partial_rotary_factor` at the top
-level of config.json (rotary_factor).
+level of config.json (rotary_factor); a multi-query Falcon gets one key/value head (falcon_kv_heads).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Family:
     config: dict[str, Any]
     gguf_ok: bool = True  # False: the config cannot be written as GGUF (a field llama.cpp does not keep)
     extra_meta: dict[str, Any] = field(default_factory=dict)  # keys beyond the converter's (documented)
+    unset: tuple[str, ...] = ()  # COMMON keys the family's config has no field for (Falcon's head_dim is derived)
 
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -58,6 +60,7 @@ LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hi
 NEOX_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
 MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
            rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+FALCON_UNSET = ("head_dim", "intermediate_size", "num_key_value_heads", "rms_norm_eps")  # Falcon's own names below
 FAMILIES: dict[str, Family] = {
     # tied head, Llama-3 RoPE scaling with low, medium and high frequency bands at head_dim 16
     "llama": Family("llama", "llama", dict(num_hidden_layers=3, tie_word_embeddings=True, rope_parameters=LLAMA3_ROPE)),
@@ -123,6 +126,49 @@ FAMILIES: dict[str, Family] = {
     "granite": Family("granite", "granite", dict(num_hidden_layers=3, tie_word_embeddings=True, embedding_multiplier=12.0,
                                                  residual_multiplier=0.25, attention_multiplier=0.125, logits_scaling=8.0,
                                                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    # RoPE scaling on Llama and Qwen2 blocks. Linear: every frequency / 4.
+    "llama-linear": Family("llama", "llama", dict(num_hidden_layers=2, tie_word_embeddings=False,
+                                                  rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0})),
+    # YaRN does not depend on the position: the original contexts make head_dim 16 keep some frequencies,
+    # divide others and blend between (original 64: the ramp over dims 0-3), the attention factor the default
+    # 1 + 0.1 ln 4 here, explicit in qwen2-yarn (with other betas), from mscale / mscale_all_dim in -mscale
+    "llama-yarn": Family("llama", "llama", dict(num_hidden_layers=2, tie_word_embeddings=True, rope_parameters={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 10000.0})),
+    "qwen2-yarn": Family("qwen2", "qwen2", dict(num_hidden_layers=2, tie_word_embeddings=False, use_sliding_window=False,
+                                                rope_parameters={"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6,
+                                                                 "original_max_position_embeddings": 32, "beta_fast": 8.0,
+                                                                 "beta_slow": 0.5, "attention_factor": 1.25})),
+    # mscale, mscale_all_dim and truncate, which the converter does not write: safetensors only
+    "llama-yarn-mscale": Family("llama", "llama", dict(num_hidden_layers=2, tie_word_embeddings=True, rope_parameters={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 10000.0,
+        "mscale": 1.0, "mscale_all_dim": 0.5, "truncate": False}), gguf_ok=False),
+    # dynamic NTK within max_position_embeddings (64 > the 40 test positions): the plain rotation, as in
+    # transformers; the converter writes no scaling for it (test_rope_scaling.py: past 64 is an error)
+    # Falcon: LayerNorms with biases, a parallel block, one fused qkv in its own layout, exact GELU, a plain MLP
+    # of 4 * hidden (FalconConfig's default, what the converter writes). The new architecture (40B): grouped
+    # query (2 key/value heads of 4), two LayerNorms (ln_attn, ln_mlp), the tied head
+    "falcon": Family("falcon", "falcon", dict(num_hidden_layers=3, new_decoder_architecture=True, num_kv_heads=2,
+                                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+                     unset=FALCON_UNSET),
+    # the new architecture with one shared LayerNorm (Falcon2-11B), a key/value head per query head
+    "falcon-1ln": Family("falcon", "falcon", dict(num_hidden_layers=2, new_decoder_architecture=True, num_kv_heads=4,
+                                                  num_ln_in_parallel_attn=1,
+                                                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+                         unset=FALCON_UNSET),
+    # the original (7B): multi-query, one LayerNorm feeding attention and the MLP, an untied head
+    "falcon-7b": Family("falcon", "falcon", dict(num_hidden_layers=3, new_decoder_architecture=False, multi_query=True,
+                                                 tie_word_embeddings=False,
+                                                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+                        unset=FALCON_UNSET),
+    # the original without multi-query and without the parallel block, biases on every projection: llama.cpp's
+    # falcon has neither a sequential block nor biases (the converter cannot split a fused bias): safetensors only
+    "falcon-sequential": Family("falcon", "falcon", dict(num_hidden_layers=2, new_decoder_architecture=False,
+                                                         multi_query=False, parallel_attn=False, bias=True,
+                                                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+                                gguf_ok=False, unset=FALCON_UNSET),
+    "llama-dynamic": Family("llama", "llama", dict(num_hidden_layers=2, tie_word_embeddings=True, max_position_embeddings=64,
+                                                   rope_parameters={"rope_type": "dynamic", "factor": 4.0,
+                                                                    "rope_theta": 10000.0})),
 }
 FORMATS = ("safetensors", "gguf-f32", "gguf-f16", "gguf-q8_0")
 ROUNDING = {"safetensors": "F32", "gguf-f32": "F32", "gguf-f16": "F16", "gguf-q8_0": "Q8_0"}
@@ -138,7 +184,7 @@ def build_hf_model(name: str, matrix_qtype: str = "F32", seed: int = 0) -> torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     fam = FAMILIES[name]
-    config = AutoConfig.for_model(fam.model_type, **(COMMON | fam.config))
+    config = AutoConfig.for_model(fam.model_type, **{k: v for k, v in (COMMON | fam.config).items() if k not in fam.unset})
     torch.manual_seed(seed)
     # eager experts: HuggingFace's loop over experts, the textbook order (the default is a grouped matmul)
     moe = {"experts_implementation": "eager"} if "num_experts" in fam.config else {}
@@ -234,6 +280,15 @@ def rotary_factor(hp: dict[str, Any]) -> float:
     return float(hp.get("rotary_pct") or hp.get("partial_rotary_factor") or rope.get("partial_rotary_factor", 1.0))
 
 
+def falcon_kv_heads(hp: dict[str, Any]) -> int:
+    """FalconModel's n_head_kv: `num_kv_heads`, else 1. A deviation: transformers 5 writes num_kv_heads = the head
+    count into every config.json, also for the original multi-query architecture, which ignores it (and on which
+    the real converter then fails); Falcon-7B's own config.json has none, so 1, as used here."""
+    if not hp.get("new_decoder_architecture") and hp.get("multi_query", True):
+        return 1
+    return hp.get("num_kv_heads") or hp.get("n_head_kv", 1)
+
+
 def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str, extra: dict[str, Any]) -> None:
     rope = hp.get("rope_parameters") or {}
     full = rope.get("full_attention", rope)
@@ -249,6 +304,15 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
             w.add_head_count_kv(hp["num_key_value_heads"])
         w.add_parallel_residual(hp.get("use_parallel_residual", True))
         w.add_layer_norm_eps(hp["layer_norm_eps"])
+    elif arch == "falcon":  # FalconModel.set_gguf_parameters
+        w.add_context_length(2048)  # "not in config.json"
+        w.add_tensor_data_layout("jploski")
+        w.add_embedding_length(hp["hidden_size"])
+        w.add_feed_forward_length(4 * hp["hidden_size"])
+        w.add_block_count(hp["num_hidden_layers"])
+        w.add_head_count(hp["num_attention_heads"])
+        w.add_head_count_kv(falcon_kv_heads(hp))
+        w.add_layer_norm_eps(hp["layer_norm_epsilon"])
     elif arch == "phi3":  # Phi3MiniModel.set_gguf_parameters
         w.add_context_length(hp["max_position_embeddings"])
         w.add_rope_scaling_orig_ctx_len(hp["original_max_position_embeddings"])
@@ -284,6 +348,16 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         if full.get("rope_type") == "linear":
             w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
             w.add_rope_scaling_factor(full["factor"])
+        elif full.get("rope_type") == "yarn":
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(full["factor"])
+            w.add_rope_scaling_orig_ctx_len(full["original_max_position_embeddings"])
+            if full.get("attention_factor") is not None:
+                w.add_rope_scaling_yarn_attn_factor(full["attention_factor"])
+            if full.get("beta_fast") is not None:
+                w.add_rope_scaling_yarn_beta_fast(full["beta_fast"])
+            if full.get("beta_slow") is not None:
+                w.add_rope_scaling_yarn_beta_slow(full["beta_slow"])
         w.add_rope_freq_base(full["rope_theta"])
         if "sliding_attention" in rope:
             w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
@@ -329,7 +403,7 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
     arch = fam.gguf_arch
     arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
     names = gguf.get_tensor_name_map(arch_id, hp["num_hidden_layers"])
-    n_head, n_kv = hp["num_attention_heads"], hp["num_key_value_heads"]
+    n_head, n_kv = hp["num_attention_heads"], hp.get("num_key_value_heads")
     tensors: dict[str, np.ndarray] = {}
     experts: dict[str, np.ndarray] = {}
     head_norms: dict[str, np.ndarray] = {}
@@ -341,6 +415,11 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
         if arch == "gptneox" and "attention.query_key_value" in hf_name:  # GPTNeoXModel.modify_tensors
             n_embed = hp["hidden_size"]
             data = data.reshape(n_head, 3, n_embed // n_head, *data.shape[1:]).swapaxes(0, 1).reshape(data.shape)
+        if arch == "falcon" and hf_name.endswith("query_key_value.weight"):  # FalconModel.modify_tensors
+            kv, head_dim = falcon_kv_heads(hp), hp["hidden_size"] // n_head
+            qkv = data.reshape(kv, n_head // kv + 2, head_dim, head_dim * n_head)
+            data = np.concatenate([qkv[:, :-2].reshape(n_head * head_dim, -1), qkv[:, [-2]].reshape(kv * head_dim, -1),
+                                   qkv[:, [-1]].reshape(kv * head_dim, -1)])
         if ".mlp.experts." in hf_name:  # Qwen2MoeModel.modify_tensors: stacked below
             experts[hf_name] = data
             continue

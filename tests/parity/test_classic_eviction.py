@@ -4,8 +4,10 @@ without the span, and so are the next 32 greedy logits.
 
 What is new to the claim here: LayerNorm (the mean and variance of each row, per-head gains for StableLM's
 q/k norms), RoPE over part of each head (the rest of the key passes), parallel residuals, the plain GELU MLP
-with biases, Granite's multipliers. Each kernel must give a token the same bits whatever else is in the call;
-the cache is filled in chunks of 16, the suffix recomputed in chunks of 16, the fresh prefill run in one call.
+with biases, Granite's multipliers, YaRN's cos/sin scaled by its attention factor, Falcon's multi-query and
+grouped attention with two LayerNorms. Each kernel must give a token the same bits whatever else is in the
+call; the cache is filled in chunks of 16, the suffix recomputed in chunks of 16, the fresh prefill run in one
+call.
 
 Shift eviction re-rotates keys from their pre-RoPE copies (KVCache.rerotate); with partial RoPE the
 re-rotation must leave the unrotated dims as they are and reproduce the forward pass's keys bit for bit.
@@ -28,7 +30,9 @@ from .support import export, fak_backend
 N_TOKENS, SPAN, STEPS = 48, (16, 28), 32
 CASES = [("gptneox", "numba", "gguf-q8_0"), ("gptneox", "numba", "safetensors"), ("gptneox", "rowwise", "gguf-f32"),
          ("stablelm", "numba", "safetensors"), ("stablelm", "rowwise", "gguf-f32"), ("phi3", "numba", "gguf-q8_0"),
-         ("phi3-longrope", "numba", "safetensors"), ("granite", "numba", "safetensors")]
+         ("phi3-longrope", "numba", "safetensors"), ("granite", "numba", "safetensors"),
+         ("llama-yarn", "numba", "gguf-q8_0"), ("qwen2-yarn", "rowwise", "safetensors"), ("falcon", "numba", "gguf-q8_0"),
+         ("falcon-7b", "numba", "safetensors"), ("falcon-sequential", "rowwise", "safetensors")]
 
 
 def transformer(name: str, backend: str, fmt: str, tmp_path) -> Transformer:

@@ -4,7 +4,8 @@ argmax equal at every position, cached decode equal to full recompute within 5e-
 
 The six wave-1 families are proven on numba elsewhere (real checkpoints through tests/unit/enginecpu and
 tests/unit/kv); this file covers the families whose blocks are new: OLMo2's post-norm and full-width q/k
-norms, Qwen3-MoE's routed experts, and the classic decoders (GPT-NeoX, StableLM, Phi-3, Granite).
+norms, Qwen3-MoE's routed experts, the classic decoders (GPT-NeoX, StableLM, Phi-3, Granite, Falcon) and the RoPE
+scalings (linear, YaRN, dynamic NTK) on Llama and Qwen2 blocks.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from .test_parity_families import CACHED_BOUND, LOGITS_BOUND
 WAVE2 = ("olmo2", "qwen3moe", "qwen3moe-unnormed")
 # the classic decoders: LayerNorm, partial RoPE, parallel residuals, the plain GELU MLP, Granite's multipliers
 CLASSIC = ("gptneox", "gptneox-sequential", "gptneox-gelu-new", "stablelm", "stablelm-parallel", "phi3", "phi3-longrope",
-           "granite")
-CASES = [(name, fmt) for name in WAVE2 + CLASSIC if name in FAMILIES for fmt in FORMATS
+           "granite", "falcon", "falcon-1ln", "falcon-7b", "falcon-sequential")
+# RoPE scaling: linear, YaRN (the attention factor on cos/sin), dynamic NTK within its context
+ROPE = ("llama-linear", "llama-yarn", "qwen2-yarn", "llama-yarn-mscale", "llama-dynamic")
+CASES = [(name, fmt) for name in WAVE2 + CLASSIC + ROPE if name in FAMILIES for fmt in FORMATS
          if fmt == "safetensors" or FAMILIES[name].gguf_ok]
 
 

@@ -12,6 +12,7 @@ promise it say so with `batch_invariant = False`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -90,7 +91,7 @@ class Backend(Protocol):
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> np.ndarray:
-    """Inverse frequencies (head_dim/2,) in float32, computed as HuggingFace does (incl. Llama-3 scaling)."""
+    """Inverse frequencies (head_dim/2,) in float32, computed as HuggingFace does (incl. Llama-3 scaling, YaRN)."""
     exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
     inv = (np.float32(1.0) / np.power(np.float32(theta), exponent)).astype(np.float32)
     if scaling.kind == "linear":
@@ -115,6 +116,33 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> np.ndarr
                                       np.power(np.float32(theta), exponent))).astype(np.float32)
         else:
             inv = (inv / np.asarray(scaling.factors, np.float32)).astype(np.float32)
-    elif scaling.kind != "none":
+    elif scaling.kind == "yarn":
+        inv = yarn_inv_freq(head_dim, theta, scaling)
+    elif scaling.kind not in ("none", "dynamic"):  # dynamic NTK is the plain RoPE within the context fak serves
         raise BackendError(f"unsupported RoPE scaling {scaling.kind!r}")
     return inv
+
+
+def yarn_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> np.ndarray:
+    """transformers' _compute_yarn_parameters, step for step in float32: each frequency a blend of itself
+    (extrapolated) and itself / factor (interpolated), the blend a linear ramp over the dims between the
+    correction range's ends (the attention factor is applied to cos/sin by the rope tables)."""
+
+    def correction_dim(rotations: float) -> float:  # the dim whose frequency turns `rotations` times over the context
+        return (head_dim * math.log(scaling.original_context / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+    low, high = correction_dim(scaling.beta_fast), correction_dim(scaling.beta_slow)
+    if scaling.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001  # transformers: prevents a division by zero
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    # the power in float64, rounded once: torch's float32 pow is (nearly) correctly rounded, numpy's is not
+    pos_freqs = np.power(np.float64(theta), exponent.astype(np.float64)).astype(np.float32)
+    extrapolation = (np.float32(1.0) / pos_freqs).astype(np.float32)
+    interpolation = (np.float32(1.0) / (np.float32(scaling.factor) * pos_freqs)).astype(np.float32)
+    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low),
+                   np.float32(0.0), np.float32(1.0))
+    keep = (np.float32(1.0) - ramp).astype(np.float32)  # 1: extrapolated (kept), 0: interpolated
+    return (interpolation * (np.float32(1.0) - keep) + extrapolation * keep).astype(np.float32)

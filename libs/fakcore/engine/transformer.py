@@ -160,6 +160,10 @@ class Transformer:
             if key not in tables:
                 tables[key] = backend.rope_table(cfg.rotary_dim, theta, cfg.rope_scaling if scaled else RopeScaling("none"))
             self.rope.append(tables[key])
+        # dynamic NTK rotates every token by a base that depends on the sequence's current length once it
+        # passes the original context: no cached key would stay valid, so fak serves the original context only
+        dynamic = cfg.rope_scaling.kind == "dynamic"
+        self.max_positions = cfg.rope_scaling.original_context if dynamic else 0  # 0: no limit here
 
     def new_cache(self) -> Any:
         return self.be.new_cache(self.cfg)
@@ -176,6 +180,10 @@ class Transformer:
         positions = np.empty(T, np.int64)
         for seg in segments:
             positions[seg.rows] = np.arange(seg.cache.length, seg.cache.length + seg.rows.stop - seg.rows.start)
+        if self.max_positions and T and int(positions.max()) >= self.max_positions:
+            raise BackendError(f"{cfg.arch}: position {int(positions.max())} is past the {self.max_positions} positions "
+                               f"dynamic NTK RoPE keeps the plain rotation for; beyond them its base grows with the "
+                               f"sequence length, which re-rotates every cached key (not supported)")
 
         x = be.embed(w.tok_embd, tokens, cfg.embed_scale)  # (T, dim)
         if capture is not None:

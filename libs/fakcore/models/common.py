@@ -79,7 +79,37 @@ def gguf_rope_scaling(meta: Mapping[str, Any], arch: str, source: str) -> RopeSc
         return RopeScaling("none")
     if kind == "linear":
         return RopeScaling("linear", factor=factor)
-    raise ConfigError(f"{source}: '{arch}.rope.scaling.type' = {kind!r} is not supported (none, linear)")
+    if kind == "yarn":
+        return gguf_yarn(meta, arch, factor, source)
+    raise ConfigError(f"{source}: '{arch}.rope.scaling.type' = {kind!r} is not supported (none, linear, yarn)")
+
+
+def gguf_yarn(meta: Mapping[str, Any], arch: str, factor: float, source: str) -> RopeScaling:
+    """YaRN as convert_hf_to_gguf writes it from config.json (TextModel.set_gguf_parameters): factor,
+    original_context_length, and yarn_beta_fast / yarn_beta_slow / yarn_attn_factor when config.json has
+    them. They are read with transformers' meaning (yarn_attn_factor is its attention_factor, replacing the
+    default 1 + 0.1 ln(factor); llama.cpp reads these keys for some architectures only). The keys transformers'
+    YaRN has no counterpart for are errors: an extrapolation factor other than 1, DeepSeek's log multiplier
+    (mscale_all_dim), a generic attn_factor."""
+    key = f"{arch}.rope.scaling."
+    ext = float(meta.get(key + "yarn_ext_factor", 1.0))
+    if ext != 1.0:
+        raise ConfigError(f"{source}: '{key}yarn_ext_factor' = {ext} is not supported (transformers' YaRN extrapolates "
+                          f"fully: 1.0)")
+    for unsupported in ("yarn_log_multiplier", "attn_factor"):
+        if meta.get(key + unsupported) is not None:
+            raise ConfigError(f"{source}: '{key}{unsupported}' is not supported with YaRN (transformers' YaRN has no such "
+                              f"parameter)")
+    attention = meta.get(key + "yarn_attn_factor")
+    return RopeScaling("yarn", factor=factor, original_context=int(gguf_field(meta, key + "original_context_length", source)),
+                       attention_factor=yarn_mscale(factor) if attention is None else float(attention),
+                       beta_fast=float(meta.get(key + "yarn_beta_fast", 32.0)),
+                       beta_slow=float(meta.get(key + "yarn_beta_slow", 1.0)))
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """transformers' get_mscale: YaRN's attention factor for a context `factor` times the original."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def gguf_window_pattern(meta: Mapping[str, Any], arch: str, n_layers: int, default_period: int,
@@ -157,7 +187,31 @@ def hf_rope(cfg: Mapping[str, Any], layer_type: str | None, source: str,
                                   low_freq_factor=float(params["low_freq_factor"]),
                                   high_freq_factor=float(params["high_freq_factor"]),
                                   original_context=int(params["original_max_position_embeddings"]))
-    raise ConfigError(f"{source}: rope type {kind!r} is not supported (default, linear, llama3)")
+    if kind == "yarn":
+        return theta, hf_yarn(cfg, params, source)
+    if kind == "dynamic":  # the plain RoPE up to max_position_embeddings, an error past it (RopeScaling)
+        return theta, RopeScaling("dynamic", factor=float(hf_field(params, "factor", source)),
+                                  original_context=int(hf_field(cfg, "max_position_embeddings", source)))
+    raise ConfigError(f"{source}: rope type {kind!r} is not supported (default, linear, llama3, yarn, dynamic)")
+
+
+def hf_yarn(cfg: Mapping[str, Any], params: Mapping[str, Any], source: str) -> RopeScaling:
+    """The parameters of transformers' _compute_yarn_parameters, with its defaults: a top-level
+    original_max_position_embeddings wins over the rope parameters' (standardize_rope_params), else
+    max_position_embeddings; factor, when absent, max / original; the attention factor, when absent,
+    get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) with both mscales, else get_mscale(factor);
+    beta_fast 32, beta_slow 1, truncate true."""
+    max_pos = int(hf_field(cfg, "max_position_embeddings", source))
+    original = int(cfg.get("original_max_position_embeddings") or params.get("original_max_position_embeddings") or max_pos)
+    factor = float(params.get("factor") or max_pos / original)
+    attention = params.get("attention_factor")
+    if attention is None:
+        mscale, mscale_all = params.get("mscale"), params.get("mscale_all_dim")
+        attention = (yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all) if mscale and mscale_all
+                     else yarn_mscale(factor))
+    return RopeScaling("yarn", factor=factor, original_context=original, attention_factor=float(attention),
+                       beta_fast=float(params.get("beta_fast") or 32), beta_slow=float(params.get("beta_slow") or 1),
+                       truncate=bool(params.get("truncate", True)))
 
 
 def hf_rope_dim(cfg: Mapping[str, Any], head_dim: int, source: str, default: float = 1.0) -> int:

@@ -24,15 +24,27 @@ class RopeScaling:
     llama.cpp stores Llama-3 scaling in GGUF files (the `rope_freqs.weight` tensor; the metadata keeps none
     of the llama3 parameters, so the divisors are the only faithful record). "longrope" (Phi-3): one divisor
     per frequency (the short factors) and cos/sin multiplied by `attention_factor`.
+    "yarn": transformers' _compute_yarn_parameters: frequencies that turn more than `beta_fast` times over the
+    original context kept, those turning fewer than `beta_slow` times divided by `factor`, a linear ramp
+    between (over dims, ends rounded out with `truncate`), cos/sin multiplied by `attention_factor`. It does
+    not depend on the sequence length, so cached keys stay exact.
+    "dynamic" (dynamic NTK): the base grows with the current sequence length once it passes
+    `original_context` (transformers: max_position_embeddings) and is the plain RoPE below it. Past it every
+    cached key's rotation would change with each new token, so fak serves only the original context, where it
+    is exactly the plain RoPE: the frequencies are unscaled, and a longer sequence is an error
+    (engine/transformer.py), never a silent fallback.
     """
 
-    kind: str  # "none" | "linear" | "llama3" | "factors" | "longrope"
+    kind: str  # "none" | "linear" | "llama3" | "factors" | "longrope" | "yarn" | "dynamic"
     factor: float = 1.0
     low_freq_factor: float = 1.0  # llama3
     high_freq_factor: float = 4.0  # llama3
-    original_context: int = 8192  # llama3: original_max_position_embeddings
+    original_context: int = 8192  # llama3, yarn: original_max_position_embeddings; dynamic: positions served
     factors: tuple[float, ...] = ()  # "factors", "longrope": (rotary_dim/2,) divisors of the inverse frequencies
-    attention_factor: float = 1.0  # "longrope": cos and sin multiplied by it (so q.k by its square)
+    attention_factor: float = 1.0  # "longrope", "yarn": cos and sin multiplied by it (so q.k by its square)
+    beta_fast: float = 32.0  # "yarn": rotations over the original context above which a frequency is kept
+    beta_slow: float = 1.0  # "yarn": rotations below which a frequency is divided by `factor`
+    truncate: bool = True  # "yarn": the ramp's ends rounded out to whole dims (floor / ceil)
 
 
 @dataclass(frozen=True)
