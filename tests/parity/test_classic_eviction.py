@@ -18,16 +18,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fakcore.engine.eviction import evict_cache, prefill
-from fakcore.engine.kvcache import cut_tokens
-from fakcore.engine.transformer import Transformer, load_weights
-from fakcore.models.checkpoint import load_checkpoint
-from tests.unit.kv.rowwise import RowwiseBackend
-from tests.unit.kv.support import greedy
+from fakcore.engine.eviction import prefill
 
-from .support import export, fak_backend
+from .eviction import assert_exact_eviction, transformer
 
-N_TOKENS, SPAN, STEPS = 48, (16, 28), 32
 CASES = [("gptneox", "numba", "gguf-q8_0"), ("gptneox", "numba", "safetensors"), ("gptneox", "rowwise", "gguf-f32"),
          ("stablelm", "numba", "safetensors"), ("stablelm", "rowwise", "gguf-f32"), ("phi3", "numba", "gguf-q8_0"),
          ("phi3-longrope", "numba", "safetensors"), ("granite", "numba", "safetensors"),
@@ -35,34 +29,9 @@ CASES = [("gptneox", "numba", "gguf-q8_0"), ("gptneox", "numba", "safetensors"),
          ("falcon-7b", "numba", "safetensors"), ("falcon-sequential", "rowwise", "safetensors")]
 
 
-def transformer(name: str, backend: str, fmt: str, tmp_path) -> Transformer:
-    _, path = export(name, fmt, tmp_path)
-    ckpt = load_checkpoint(path)
-    be = RowwiseBackend() if backend == "rowwise" else fak_backend(backend)
-    assert be.batch_invariant
-    return Transformer(ckpt.config, load_weights(ckpt.config, ckpt.tensors, be, ckpt.source), be)
-
-
 @pytest.mark.parametrize(("name", "backend", "fmt"), CASES, ids=[f"{n}-{b}-{f}" for n, b, f in CASES])
 def test_exact_eviction_of_a_middle_span_equals_a_fresh_prefill_bit_for_bit(name, backend, fmt, tmp_path):
-    tf = transformer(name, backend, fmt, tmp_path)
-    cfg = tf.cfg
-    ids = np.random.default_rng(7).integers(0, cfg.vocab_size, N_TOKENS + 1).tolist()
-    prompt, last = ids[:-1], ids[-1]
-
-    cache = tf.new_cache()
-    prefill(tf, cache, prompt, chunk=16)
-    r = evict_cache(tf, cache, [SPAN], "exact", chunk=16, verify=True)
-    fresh = tf.new_cache()
-    prefill(tf, fresh, cut_tokens(prompt, [SPAN]), chunk=N_TOKENS)
-
-    assert r.identical and r.max_abs_dev == 0.0 and r.layer_dev == [0.0] * cfg.n_layers
-    assert r.tokens_recomputed == N_TOKENS - SPAN[1] and cache.length == fresh.length == N_TOKENS - (SPAN[1] - SPAN[0])
-    assert cache.digest() == fresh.digest() == r.digest_after
-    n = cache.length
-    assert np.array_equal(cache.k_pre[:, :, :n], fresh.k_pre[:, :, :n])
-    ours, theirs = greedy(tf, cache, last, STEPS), greedy(tf, fresh, last, STEPS)
-    assert np.array_equal(ours, theirs), f"max |Δ| = {np.abs(ours - theirs).max()}"
+    assert_exact_eviction(transformer(name, backend, fmt, tmp_path))
 
 
 @pytest.mark.parametrize("backend", ["numba", "rowwise"])
