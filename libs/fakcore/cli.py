@@ -20,7 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run the whole topology as local processes (embedded nats-server unless FAK_NATS_URL)")
-    up.add_argument("--workers", type=int, default=1, help="engine-cpu worker processes")
+    up.add_argument("--workers", type=int, default=1, help="engine-cpu worker processes (0: none, with --cuda)")
+    up.add_argument("--cuda", action="store_true", help="also an engine-cuda worker per GPU that CUDA_VISIBLE_DEVICES "
+                    "shows (all when unset); no GPU or driver: an error, never a CPU fallback")
     settings_mod.add_arguments(up)
 
     serve = sub.add_parser("serve", help="run one service in the foreground")
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         from fakcore.launcher import up
 
-        return up(settings, workers=args.workers)
+        return up(settings, workers=args.workers, cuda=args.cuda)
     if args.command == "serve":
         tail = argv if argv is not None else sys.argv[1:]
         return serve_one(args.service, tail[tail.index(args.service) + 1:])

@@ -2,6 +2,7 @@
 
     embedded nats-server (unless FAK_NATS_URL)  ->  adjudicator, kvmmu, engine-cpu xN, gateway
                                                     (+ an engine-cpu for the judge's model: judge_worker)
+                                                    (+ with --cuda, an engine-cuda per visible GPU)
     wait until each has announced itself on the bus and the gateway's /healthz is ok
     print the gateway URL, then supervise: a process that dies is started again after a backoff while the
     others keep serving; only Ctrl-C / SIGTERM stops everything, gateway first, the bus last
@@ -24,7 +25,15 @@ server requires client certificates signed by that CA and every child presents t
 the children use the TLS settings as given. The embedded server is one node: FAK_STREAM_REPLICAS above 1
 needs a cluster, and is refused here.
 
-The same `Topology` class starts the processes for the integration tests.
+GPUs (`fak up --cuda`): one engine-cuda worker per GPU that CUDA_VISIBLE_DEVICES shows (all of them when it
+is unset), beside the engine-cpu workers (`--workers 0`: none of those). `cuda_devices` counts them before
+anything starts, by asking numba.cuda in a child process (fak_engine_cuda.devices) as a worker would; no GPU,
+no driver or fewer GPUs than CUDA_VISIBLE_DEVICES names is a StartupError saying which: never a quiet CPU
+fallback (numba's CUDA simulator included: the probe and the workers run with NUMBA_ENABLE_CUDASIM=0). Worker
+i sees its GPU alone (CUDA_VISIBLE_DEVICES=<entry i>, so FAK_CUDA_DEVICE=0) and keeps its FAK_WORKER_ID.
+
+What starts is `Topology.plan()`, a list of Planned processes, so that it can be read (and tested) without
+starting anything. The same `Topology` class starts the processes for the integration tests.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -51,7 +60,9 @@ from fakcore.routes import RoutesError, RouteTable
 from fakcore.service import PACKAGES
 from fakcore.settings import Settings
 
-START_ORDER = ("adjudicator", "kvmmu", "engine-cpu", "gateway")
+START_ORDER = ("adjudicator", "kvmmu", "engine-cpu", "gateway")  # the default topology, in start order
+ENGINES = ("engine-cpu", "engine-cuda")
+ORDER = ("adjudicator", "kvmmu", *ENGINES, "gateway")  # start order of every service; stop is the reverse
 TEMP = "temp"  # FAK_DATA_DIR value: a temporary data dir, removed on stop
 
 
@@ -101,11 +112,23 @@ class Child:
     backoff: Backoff = field(default_factory=lambda: Backoff(started=time.monotonic()))
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One process the topology starts: its service, its name, the settings it differs in, other variables."""
+
+    service: str
+    index: int
+    name: str
+    overrides: Mapping[str, object] = field(default_factory=dict)  # Settings fields
+    environ: Mapping[str, str] = field(default_factory=dict)  # besides FAK_*: CUDA_VISIBLE_DEVICES…
+
+
 @dataclass
 class Topology:
     settings: Settings
-    workers: int = 1
+    workers: int = 1  # engine-cpu processes (when "engine-cpu" is one of the services)
     services: tuple[str, ...] = START_ORDER
+    cuda_devices: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES entries: an engine-cuda each (with "engine-cuda")
     log_dir: Path | None = None  # None: children write to this process's stderr
     children: list[Child] = field(default_factory=list)
     nats: EmbeddedNats | None = None
@@ -119,6 +142,7 @@ class Topology:
         tls = embedded_tls(self.settings)
         check_model(self.settings, self.services)
         check_judge(self.settings, self.services)
+        planned = self.plan()  # (a plan that cannot be is refused before the bus starts)
         if not self.settings.nats_url:
             server = EmbeddedNats(data_dir=data_dir(self.settings), port=self.settings.nats_port, auth=self.auth, tls=tls)
             try:
@@ -134,22 +158,46 @@ class Topology:
                                        release_key=s.release_key or self.nats.secrets.release_key)
                 self.settings = s.replace(**self.secrets.settings_for("admin"))
         try:
-            for service in self.services:
-                for i in range(self.workers if service == "engine-cpu" else 1):
-                    self.spawn(service, i)
-            if judge_worker(self.settings, self.services):
-                self.spawn("engine-cpu", self.workers, name="engine-cpu-judge", model=self.settings.screen_judge_model,
-                           worker_id=f"engine-cpu-judge-{os.getpid()}")
+            for p in planned:
+                self.spawn(p.service, p.index, p.name, environ=p.environ, **p.overrides)
             self.wait_ready(timeout - (time.monotonic() - t0))
         except BaseException:
             self.stop()
             raise
         return self
 
-    def spawn(self, service: str, index: int = 0, name: str = "", **overrides: object) -> Child:
+    def plan(self) -> list[Planned]:
+        """The processes `start` starts, in order (the bus aside)."""
+        out: list[Planned] = []
+        for service in self.services:
+            if service == "engine-cpu":  # (spawn names them, and gives each its FAK_WORKER_ID when several)
+                many = self.workers > 1
+                out.extend(Planned(service, i, f"engine-cpu#{i + 1}" if many else service) for i in range(self.workers))
+            elif service == "engine-cuda":
+                if not self.cuda_devices:
+                    raise StartupError("engine-cuda asked for, but no GPU given to it (cuda_devices)")
+                for i, device in enumerate(self.cuda_devices):
+                    out.append(Planned(service, i, f"engine-cuda#{device if device.isdigit() else i}",
+                                       {"cuda_device": 0, "worker_id": f"engine-cuda-{os.getpid()}-{i}"},
+                                       {"CUDA_VISIBLE_DEVICES": device, "NUMBA_ENABLE_CUDASIM": "0"}))
+            else:
+                out.append(Planned(service, 0, service))
+        if judge_worker(self.settings, self.services):
+            out.append(Planned("engine-cpu", self.workers, "engine-cpu-judge", {
+                "model": self.settings.screen_judge_model, "worker_id": f"engine-cpu-judge-{os.getpid()}"}))
+        return out
+
+    @property
+    def engine_workers(self) -> int:
+        """The engine workers of the served model that start with it (the judge's own aside)."""
+        return (self.workers if "engine-cpu" in self.services else 0) + \
+            (len(self.cuda_devices) if "engine-cuda" in self.services else 0)
+
+    def spawn(self, service: str, index: int = 0, name: str = "", *, environ: Mapping[str, str] | None = None,
+              **overrides: object) -> Child:
         if self.secrets is not None:  # its own user, password and keys: nothing of admin's
             overrides = {**self.secrets.settings_for(service), **overrides}
-        env = {**os.environ, **self.settings.replace(**overrides).to_env()}
+        env = {**os.environ, **self.settings.replace(**overrides).to_env(), **(environ or {})}
         name = name or (f"{service}#{index + 1}" if service == "engine-cpu" and self.workers > 1 else service)
         if service == "engine-cpu" and not self.settings.worker_id and self.workers > 1 and "worker_id" not in overrides:
             env["FAK_WORKER_ID"] = f"engine-cpu-{os.getpid()}-{index + 1}"
@@ -172,7 +220,7 @@ class Topology:
 
     def stop(self, timeout: float = 15.0) -> None:
         # gateway first (no new requests), engines last but one, the bus last
-        for child in sorted(self.children, key=lambda c: -START_ORDER.index(c.service) if c.service in START_ORDER else 0):
+        for child in sorted(self.children, key=lambda c: -ORDER.index(c.service)):
             stop_process(child.proc, timeout)
         self.children.clear()
         if self.nats:
@@ -224,8 +272,8 @@ class Topology:
     # -- readiness ------------------------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> None:
         """Every service heard on the bus, then the gateway's /healthz says ok."""
-        wanted = {s for s in self.services if s != "engine-cpu"}
-        engines = self.workers if "engine-cpu" in self.services else 0
+        wanted = {s for s in self.services if s not in ENGINES}
+        engines = self.engine_workers
         try:
             asyncio.run(self._wait_bus(wanted, engines, timeout))
         except ConnectionError as exc:  # e.g. a server certificate the CA does not verify
@@ -261,7 +309,7 @@ class Topology:
             while not (wanted <= heard and len(workers) >= engines):
                 self._check_alive()
                 if time.monotonic() > deadline:
-                    missing = sorted(wanted - heard) + ([f"engine-cpu ({len(workers)}/{engines})"] if len(workers) < engines else [])
+                    missing = sorted(wanted - heard) + ([f"engine workers ({len(workers)}/{engines})"] if len(workers) < engines else [])
                     raise StartupError(f"not ready within {timeout:.0f}s: {', '.join(missing)}")
                 await asyncio.sleep(0.05)
         finally:
@@ -292,8 +340,7 @@ class Topology:
         """The gateway reports ok and already routes to every engine worker this topology started (it may
         have heard only the first one's announce when it became ready)."""
         body = self.health()
-        engines = self.workers if "engine-cpu" in self.services else 0
-        return bool(body.get("ok")) and len(body.get("workers", [])) >= engines
+        return bool(body.get("ok")) and len(body.get("workers", [])) >= self.engine_workers
 
 
 def embedded_tls(settings: Settings) -> ServerTLS | None:
@@ -325,7 +372,7 @@ def judge_worker(settings: Settings, services: tuple[str, ...]) -> bool:
     serve its model already (then they answer its questions too)."""
     s = settings
     return (s.screen_judge != "off" and "adjudicator" in services
-            and not ("engine-cpu" in services and s.model == s.screen_judge_model))
+            and not (any(e in services for e in ENGINES) and s.model == s.screen_judge_model))
 
 
 def client_lines(url: str, models: tuple[str, ...]) -> list[str]:
@@ -343,7 +390,7 @@ def check_model(settings: Settings, services: tuple[str, ...]) -> None:
     not a worker's traceback after the whole stack came up."""
     from fakcore.models.sources import ModelSourceError, resolve
 
-    if "engine-cpu" not in services:
+    if not any(e in services for e in ENGINES):
         return
     try:
         resolve(settings.model, settings.cache_dir)
@@ -361,6 +408,65 @@ def check_judge(settings: Settings, services: tuple[str, ...]) -> None:
         resolve(settings.screen_judge_model, settings.cache_dir)
     except ModelSourceError as exc:
         raise StartupError(f"FAK_SCREEN_JUDGE={settings.screen_judge}: the judge's model is not available: {exc}") from exc
+
+
+def cuda_devices(environ: Mapping[str, str], probe: Callable[[Mapping[str, str]], list[str]] | None = None) -> tuple[str, ...]:
+    """The GPUs `fak up --cuda` starts an engine-cuda for, as CUDA_VISIBLE_DEVICES entries (one each): those the
+    variable names, else every GPU the driver shows. `probe(environ)` lists the GPUs a worker would see (the
+    default asks numba.cuda in a child process); StartupError naming what is missing when there are none, or
+    fewer than the variable names."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and not visible.strip():
+        raise StartupError("--cuda: CUDA_VISIBLE_DEVICES is set and empty, which hides every GPU; unset it or name "
+                           "the GPUs (0,1,…)")
+    try:
+        gpus = (probe or probe_gpus)(environ)
+    except StartupError as exc:
+        raise StartupError(f"--cuda: {exc}") from exc
+    if not gpus:
+        raise StartupError("--cuda: no CUDA device: the driver shows no GPU")
+    if visible is None:
+        return tuple(str(i) for i in range(len(gpus)))
+    entries = tuple(e.strip() for e in visible.split(","))
+    if len(entries) > len(gpus):  # CUDA stops reading the list at the first entry it does not know
+        raise StartupError(f"--cuda: CUDA_VISIBLE_DEVICES={visible} names {len(entries)} GPUs, the driver shows "
+                           f"{len(gpus)} of them ({', '.join(gpus)}); name only GPUs that exist")
+    return entries
+
+
+def probe_gpus(environ: Mapping[str, str]) -> list[str]:
+    """The names of the GPUs numba.cuda sees under `environ` (fak_engine_cuda.devices, in a child process: this
+    one never initialises a driver); StartupError with its one line when it sees none."""
+    env = {**environ, "NUMBA_ENABLE_CUDASIM": "0"}  # the simulator is a CPU: never counted as a GPU
+    try:
+        run = subprocess.run([sys.executable, "-m", f"{PACKAGES['engine-cuda']}.devices"], env=env,
+                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StartupError(f"no CUDA device: cannot ask numba.cuda ({exc})") from exc
+    if run.returncode != 0:
+        lines = run.stderr.strip().splitlines()
+        reason = lines[-1] if lines else f"the probe exited with status {run.returncode}"
+        if "no CUDA device" not in reason:  # e.g. numba.cuda not importable: the traceback's last line
+            reason = f"no CUDA device: {reason}"
+        raise StartupError(reason + nvidia_smi_note())
+    return [line.split("\t", 1)[-1] for line in run.stdout.splitlines() if line.strip()]
+
+
+def nvidia_smi_note() -> str:
+    """When numba.cuda finds no GPU but nvidia-smi lists some: a hint that it is numba-cuda that is missing."""
+    import shutil
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return " (and there is no nvidia-smi: no NVIDIA driver is installed)"
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    if not listed:
+        return " (nvidia-smi -L lists no GPU either)"
+    return (f" (nvidia-smi -L lists {len(listed)} GPU(s): numba.cuda cannot use them; install numba-cuda with the "
+            "CUDA libraries, `pip install \"numba-cuda[cu12]\"`)")
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:
@@ -406,7 +512,24 @@ def with_admin_key(settings: Settings) -> tuple[Settings, Path | None]:
     return settings.replace(admin_keys_file=str(path)), path
 
 
-def up(settings: Settings, workers: int = 1) -> int:
+def engine_services(services: tuple[str, ...], workers: int, cuda: bool) -> tuple[str, ...]:
+    """`services_for`'s services with the engines `fak up` was asked for: engine-cpu only with workers, engine-cuda
+    with --cuda (where an engine is needed at all). StartupError when an engine is needed and none is left."""
+    if not any(e in services for e in ENGINES):
+        if cuda:
+            raise StartupError("--cuda: every model goes upstream, so no in-kernel model is left for a GPU to serve")
+        return services
+    if workers < 0:
+        raise StartupError(f"--workers {workers}: a number of engine-cpu workers, 0 or more")
+    if workers == 0 and not cuda:
+        raise StartupError("--workers 0 leaves no engine worker for the in-kernel model: add --cuda (a worker per GPU)")
+    out = tuple(s for s in services if s != "engine-cpu" or workers > 0)
+    if cuda:
+        out = tuple(sorted({*out, "engine-cuda"}, key=ORDER.index))
+    return out
+
+
+def up(settings: Settings, workers: int = 1, cuda: bool = False) -> int:
     """The `fak up` command: start, report, supervise, stop."""
     t0 = time.monotonic()
     try:
@@ -416,8 +539,14 @@ def up(settings: Settings, workers: int = 1) -> int:
     except (RoutesError, McpConfigError) as exc:  # a misspelt routes or MCP servers file stops here, before anything starts
         say(str(exc))
         return 1
+    try:  # the GPUs before anything starts: none (or no driver) is one line and exit 1, with nothing left running
+        services = engine_services(services_for(table), workers, cuda)
+        gpus = cuda_devices(os.environ) if "engine-cuda" in services else ()
+    except StartupError as exc:
+        say(str(exc))
+        return 1
     settings, admin_file = with_admin_key(settings)
-    topo = Topology(settings, workers=workers, services=services_for(table))
+    topo = Topology(settings, workers=workers, services=services, cuda_devices=gpus)
     stopping = False
 
     def on_signal(signum, frame) -> None:
@@ -438,8 +567,10 @@ def up(settings: Settings, workers: int = 1) -> int:
 
         path = Path(s.prometheus_targets).expanduser() if s.prometheus_targets else cache_dir(s.cache_dir) / "prometheus" / "targets.json"
         targets = Targets(s, path).start()
-    serves = (f"model {s.model}, backend {s.backend}" if "engine-cpu" in topo.services else "") + \
-        (f"{', ' if 'engine-cpu' in topo.services else ''}upstream {s.base_url or s.routes}" if table.upstreams else "")
+    engines = [f"backend {s.backend}"] if "engine-cpu" in topo.services else []
+    engines += [f"cuda on GPU {','.join(gpus)}"] if gpus else []
+    serves = (f"model {s.model}, {' + '.join(engines)}" if engines else "") + \
+        (f"{', ' if engines else ''}upstream {s.base_url or s.routes}" if table.upstreams else "")
     print(f"fak is up in {time.monotonic() - t0:.1f}s: gateway {topo.gateway_url}  ({serves}, "
           f"nats {s.nats_url}{f' embedded, data {topo.nats.data_dir}' if topo.nats else ''})", flush=True)
     for line in client_lines(topo.gateway_url, s.routed_models):

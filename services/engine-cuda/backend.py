@@ -13,6 +13,9 @@ KV caches (CudaKVCache): the host arrays of engine/kvcache.KVCache stay the trut
 forward pass writes both (the new rows are copied to the host once per layer); every move of host memory
 re-uploads the cache (`keys_changed`). A device-resident, paged pool is the next step.
 
+Sampling (`sample`, sampler.py): the sampler's choice made on the device from logits left there; only the token
+ids come back. Bit for bit sampling.Sampler's arithmetic but for exp (sampler.py says what that means).
+
 Without a GPU and driver (and without NUMBA_ENABLE_CUDASIM=1, numba's simulator that the tests use) the
 constructor raises BackendError("no CUDA device: …").
 """
@@ -56,19 +59,12 @@ def open_device(index: int = 0) -> DeviceInfo:
     """Select GPU `index` (of those CUDA_VISIBLE_DEVICES shows) for this thread; BackendError when there is none."""
     from numba import cuda
 
+    from fak_engine_cuda.devices import visible
+
     try:
-        available = cuda.is_available()
-        count = len(cuda.gpus) if available else 0
-    except Exception as exc:  # the driver refuses: say why, in one line
-        raise BackendError(f"no CUDA device: {_first_line(exc)}") from exc
-    if not available or count == 0:
-        reason = ""
-        try:
-            cuda.detect()
-        except Exception as exc:
-            reason = f" ({_first_line(exc)})"
-        raise BackendError(f"no CUDA device: numba.cuda finds no usable GPU or driver{reason}; engine-cuda does "
-                           "not fall back to the CPU (run engine-cpu instead)")
+        count = len(visible())
+    except RuntimeError as exc:
+        raise BackendError(f"{exc}; engine-cuda does not fall back to the CPU (run engine-cpu instead)") from exc
     if not 0 <= index < count:
         raise BackendError(f"no CUDA device: index {index} asked for, {count} visible (CUDA_VISIBLE_DEVICES)")
     cuda.select_device(index)
@@ -78,11 +74,6 @@ def open_device(index: int = 0) -> DeviceInfo:
     name = getattr(dev, "name", b"numba CUDA simulator")
     name = name.decode() if isinstance(name, bytes) else str(name)
     return DeviceInfo(index, name, tuple(dev.compute_capability), float(total), float(free))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
 
 
 @dataclass
@@ -171,6 +162,7 @@ class CudaBackend:
         self._none = cuda.device_array(1, np.float32)  # the bias of a linear without one
         self._scratch = cuda.device_array(0, np.float32)  # attention scores, grown on demand
         self._resident: dict[tuple, tuple[Any, DeviceMatrix]] = {}  # embeddings, for a tied LM head
+        self._sampler = None  # sampler.DeviceSampler, made at the first `sample`
         self.resident_bytes = self.f16.nbytes + self.bf16.nbytes  # what weights (and tables) hold on the device
 
     def bind(self) -> None:
@@ -353,6 +345,16 @@ class CudaBackend:
 
     def to_host(self, x: Any) -> np.ndarray:
         return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x, dtype=np.float32)
+
+    # -- sampling (sampler.py) ---------------------------------------------------------------------------
+    def sample(self, logits: Any, rows: np.ndarray, draws: list) -> tuple[np.ndarray, np.ndarray]:
+        """Sampler's choice for rows `rows` of the device logits, one sampling.Draw each: (tokens, statuses)."""
+        self.bind()
+        if self._sampler is None:
+            from fak_engine_cuda.sampler import SAMPLE_THREADS, DeviceSampler
+
+            self._sampler = DeviceSampler(self, min(SAMPLE_THREADS, 8 * self.lanes))
+        return self._sampler(self._dev(logits), rows, draws)
 
     # -- caches ----------------------------------------------------------------------------------------
     def new_cache(self, config: ModelConfig) -> CudaKVCache:

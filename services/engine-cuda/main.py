@@ -4,6 +4,7 @@
     model  = load_model(FAK_MODEL, CudaBackend(index))  # weights uploaded in their file's form
     check_memory(...)                                 # weights + KV budget against the device, numbers in the error
     warm_up(model)                                    # every kernel compiled before the first request
+    warm_up_sampling(backend, vocab)                  # the sampling kernel too (sampler.py)
     worker = EngineWorker(model, "fak-cuda")          # announces device "cuda:N"
 
 One process per GPU: CUDA_VISIBLE_DEVICES picks it (compose and Kubernetes give each container its one
@@ -18,10 +19,13 @@ import logging
 import sys
 import time
 
+import numpy as np
+
 import fak_engine_cuda.backend  # noqa: F401  registers "cuda"
-from fak_engine_cuda.backend import DeviceInfo, open_device
+from fak_engine_cuda.backend import CudaBackend, DeviceInfo, open_device
 from fakcore.engine.backend import BackendError
 from fakcore.engine.loader import describe, load_model, make_backend, warm_up
+from fakcore.engine.sampling import Draw
 from fakcore.engine.worker import EngineWorker
 from fakcore.service import Service, run_service
 from fakcore.settings import Settings
@@ -50,6 +54,12 @@ def check_memory(info: DeviceInfo, weights: int, budget: int, free_after_load: f
             "lower FAK_KV_BUDGET or serve a smaller model")
 
 
+def warm_up_sampling(backend: CudaBackend, vocab: int) -> None:
+    """One sampled and one greedy row through the sampling kernel, so that it is compiled before a request."""
+    logits = backend.cuda.to_device(np.zeros((2, vocab), np.float32))
+    backend.sample(logits, np.arange(2), [Draw(False, 1.0, 0, 1.0, 0.5), Draw(True, 0.0, 0, 1.0, 0.0)])
+
+
 async def bootstrap(svc: Service) -> None:
     s = svc.settings
     index = device_index(s)
@@ -71,6 +81,7 @@ async def bootstrap(svc: Service) -> None:
     svc.starting = "warming up the cuda kernels (a first start compiles them)"
     t0 = time.perf_counter()
     await asyncio.to_thread(warm_up, model)
+    await asyncio.to_thread(warm_up_sampling, backend, model.config.vocab_size)
     log.info("%s: warm in %.2fs", model.name, time.perf_counter() - t0)
     await EngineWorker(svc, model, ENGINE_KIND).start()
 

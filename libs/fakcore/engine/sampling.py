@@ -8,6 +8,15 @@ temperature divides them, so a tiny temperature (1e-308) drives the others to -i
 the best token to exactly 0 (probability 1) instead of inf - inf = NaN; a huge one flattens towards
 uniform. Logits that are not finite at all (a model fault) fail the sequence that produced them.
 
+On a device (a backend with `sample`, engine/backend.py): the logits stay where the forward pass left them
+and only the chosen id comes back. The host still owns the randomness: `Sampler.draw()` takes the one
+uniform number `rng.choice` would have taken from the same generator (Generator.choice with p draws
+`random()` once and returns searchsorted(cumsum(p) / sum, u, side="right")), and the device repeats the
+arithmetic of `__call__` on it in float64, step for step: the same stable order, numpy's pairwise sums,
+the sequential cumsums. `finish_draw` then applies the device's verdict (a fault, or a row whose best logit
+was -inf, where `__call__` draws nothing: the draw is given back). A grammar's mask or logprobs need the
+logits on the host: such sequences sample here.
+
 Log-probabilities (`logprobs`) are those of the model itself: the log-softmax of the raw logits, before
 temperature, top-k/top-p or a grammar shape the choice, computed in float64 as logit - max - log(sum(exp(
 logit - max))) so that no exp overflows and the best token's is exactly what its share of the mass says.
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
@@ -31,6 +41,22 @@ LOGPROB_FLOOR = -9999.0  # reported for a probability of 0 (a -inf logit): OpenA
 
 
 NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}  # what a knob left unset everywhere means
+
+# a device sampler's verdict on one row (Backend.sample)
+SAMPLED = 0  # the token is the choice
+NON_FINITE = 1  # a NaN or +inf logit: the sequence fails, as __call__ fails it
+NO_DRAW = 2  # every logit -inf: the token is the argmax and __call__ would have drawn nothing
+
+
+@dataclass(frozen=True)
+class Draw:
+    """What a device needs to make a Sampler's choice from logits it holds."""
+
+    greedy: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    u: float  # the generator's next random() in [0, 1) (0.0 when greedy: nothing is drawn)
 
 
 def with_defaults(p: Sampling, defaults: Mapping[str, float | int]) -> Sampling:
@@ -97,6 +123,23 @@ class Sampler:
             probs = probs[:keep] / probs[:keep].sum()
             order = order[:keep]
         return int(order[self.rng.choice(len(probs), p=probs)])
+
+
+    def draw(self) -> Draw:
+        """The settings and, unless greedy, the uniform number `__call__` would draw next (taken now)."""
+        if self.greedy:
+            return Draw(True, self.temperature, self.top_k, self.top_p, 0.0)
+        self._before_draw = self.rng.bit_generator.state
+        return Draw(False, self.temperature, self.top_k, self.top_p, float(self.rng.random()))
+
+    def finish_draw(self, token: int, status: int) -> int:
+        """A device's choice for this sampler's draw: the token, the draw given back where __call__ makes none,
+        FloatingPointError for non-finite logits."""
+        if status == NON_FINITE:
+            raise FloatingPointError("the model produced non-finite logits")
+        if status == NO_DRAW and not self.greedy:
+            self.rng.bit_generator.state = self._before_draw
+        return int(token)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

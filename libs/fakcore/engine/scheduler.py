@@ -7,6 +7,11 @@ cache (a Segment of the batch). Finished sequences leave, waiting ones join, at 
 
     step = admit (cancel, join, time out) -> pack (the batch's rows) -> forward -> sample (events out)
 
+Sampling on the device: when the backend samples (Backend.sample) and the transformer can leave its logits
+there (`forward(host=False)`), the forward's logits stay on the device and each sequence that needs no host
+logits (Sequence.samples_on_device) gets its token from the backend, from its sampler's Draw (the host's
+generator, so the choice is the host sampler's); the other rows alone are copied to the host.
+
 Events go to `on_event(event)` from the scheduler thread, one small dataclass each: `Chunk` (text, token
 ids, logprobs), `Done`, `Failed` (code, message). The worker hops them onto its event loop.
 
@@ -80,6 +85,11 @@ class Overloaded(Exception):
     pass
 
 
+def samples_on_device(model: LoadedModel) -> bool:
+    """The backend samples (Backend.sample): the transformer leaves the logits with it (forward's `host`)."""
+    return callable(getattr(model.backend, "sample", None))
+
+
 @dataclass
 class Batch:
     """The rows of one forward pass."""
@@ -102,9 +112,10 @@ class Scheduler:
     def __init__(self, model: LoadedModel, on_event: EventFn, *, kv: KVPool | None = None,
                  on_crash: Callable[[BaseException], None] | None = None, max_sessions: int = 16,
                  max_queue: int = 64, prefill_chunk: int = PREFILL_CHUNK, metrics: Any = None,
-                 hold_timeout: float = 30.0):
+                 hold_timeout: float = 30.0, device_sampling: bool | None = None):
         """kv: the worker's KV pool (None: a pool of this scheduler's own; a sequence submitted with its cache
-        keeps it either way). on_crash: called if the scheduler thread itself dies (the worker must go)."""
+        keeps it either way). on_crash: called if the scheduler thread itself dies (the worker must go).
+        device_sampling: None samples on the backend where it can (samples_on_device), False on the host."""
         self.model = model
         self.on_event = on_event
         self.max_sessions = max(1, max_sessions)
@@ -114,6 +125,7 @@ class Scheduler:
         self.on_crash = on_crash or (lambda exc: None)
         self.metrics = metrics
         self.hold_timeout = hold_timeout
+        self.device_sampling = samples_on_device(model) if device_sampling is None else device_sampling and samples_on_device(model)
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.active: list[Sequence] = []
         self._cancelled: set[str] = set()
@@ -239,8 +251,11 @@ class Scheduler:
         if not batch.tokens:
             return 0
         logits = self._forward(batch)
-        for seq, row in zip(batch.owners, logits[:len(batch.owners)], strict=True):
-            self._sample(seq, row)
+        if self.device_sampling:
+            self._sample_on_device(batch.owners, logits)
+        else:
+            for seq, row in zip(batch.owners, logits[:len(batch.owners)], strict=True):
+                self._sample(seq, row)
         return len(batch.tokens)
 
     def _admit(self) -> list[Sequence]:
@@ -296,21 +311,41 @@ class Scheduler:
                 batch.add(seq, [seq.next_input], logits=True)
         return batch
 
-    def _forward(self, batch: Batch) -> np.ndarray:
-        """One forward pass over the batch: the logits of its owners' rows, in order."""
+    def _forward(self, batch: Batch) -> Any:
+        """One forward pass over the batch: the logits of its owners' rows, in order (left on the device with
+        device_sampling)."""
         t0 = time.perf_counter()
         rows = batch.logit_rows or [len(batch.tokens) - 1]  # only held prefill this step: the logits are not used
+        on_device = {"host": False} if self.device_sampling else {}
         logits = self.model.transformer.forward(np.asarray(batch.tokens, np.int64), batch.segments,
-                                                np.asarray(rows, np.int64))
+                                                np.asarray(rows, np.int64), **on_device)
         if self.metrics is not None:
             self.metrics.step(len(batch.tokens), len(batch.owners), time.perf_counter() - t0)
         return logits
 
-    def _sample(self, seq: Sequence, logits: np.ndarray) -> None:
-        """Turn one sequence's logits into its next token and events; its own failure fails it alone."""
+    def _sample_on_device(self, owners: list[Sequence], logits: Any) -> None:
+        """The owners' tokens from device logits: the backend samples those it can; the rest get their own row
+        on the host."""
+        be = self.model.backend
+        device = [i for i, seq in enumerate(owners) if seq.samples_on_device]
+        host = [i for i, seq in enumerate(owners) if not seq.samples_on_device]
+        chosen: dict[int, tuple[int, int]] = {}
+        if device:
+            tokens, status = be.sample(logits, np.asarray(device, np.int64), [owners[i].sampler.draw() for i in device])
+            chosen = {i: (int(t), int(st)) for i, t, st in zip(device, tokens, status, strict=True)}
+        rows = be.to_host(be.take_rows(logits, np.asarray(host, np.int64))) if host else None
+        for i, seq in enumerate(owners):
+            if i in chosen:
+                self._sample(seq, drawn=chosen[i])
+            else:
+                self._sample(seq, rows[host.index(i)])
+
+    def _sample(self, seq: Sequence, logits: np.ndarray | None = None, drawn: tuple[int, int] | None = None) -> None:
+        """Turn one sequence's logits (or the device's (token, status) for its draw) into its next token and
+        events; its own failure fails it alone."""
         try:
             before = len(seq.generated)
-            text = seq.accept(logits)
+            text = seq.accept(logits) if drawn is None else seq.take(seq.sampler.finish_draw(*drawn))
             token_ids = seq.generated[before:]
             logprobs = seq.take_logprobs()
         except Exception as exc:  # this sequence's sampler, grammar or detokenizer: only it fails

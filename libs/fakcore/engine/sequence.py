@@ -224,10 +224,20 @@ class Sequence:
     def done(self) -> bool:
         return bool(self.finish_reason)
 
+    @property
+    def samples_on_device(self) -> bool:
+        """Its choice needs no logits on the host (no grammar's mask, no logprobs): a backend that samples
+        (Backend.sample) may make it where the logits are, from the sampler's Draw."""
+        return self.grammar is None and self.ledger is None
+
     def accept(self, logits: np.ndarray) -> str:
         """Sample from the newest position's logits; return the content text to stream (may be empty)."""
         allowed = self.grammar.allowed() if self.grammar is not None else None
-        token = self.sampler(logits, allowed)
+        return self.take(self.sampler(logits, allowed), logits)
+
+    def take(self, token: int, logits: np.ndarray | None = None) -> str:
+        """The sampled `token` joins the output (accept's second half; a device sampler's token comes here
+        directly, without logits: samples_on_device); the content text to stream."""
         if not self.first_token_at:
             self.first_token_at = time.monotonic()
         if token in self.eos:

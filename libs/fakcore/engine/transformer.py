@@ -169,12 +169,13 @@ class Transformer:
         return self.be.new_cache(self.cfg)
 
     def forward(self, tokens: np.ndarray, segments: list[Segment], logit_rows: np.ndarray | None = None,
-                capture: list | None = None) -> np.ndarray:
+                capture: list | None = None, host: bool = True) -> Any:
         """Run `tokens` (T,) through every layer, appending to each segment's cache.
 
-        Returns host logits (len(logit_rows), vocab) for the requested rows (default: every row). Caches are
-        committed here. `capture`, if a list, receives the hidden state after the embedding and each layer.
-        """
+        Returns host logits (len(logit_rows), vocab) for the requested rows (default: every row); with
+        `host` False the backend's own array of them (for Backend.sample: only token ids leave a device).
+        Caches are committed here. `capture`, if a list, receives the hidden state after the embedding and
+        each layer."""
         cfg, be, w = self.cfg, self.be, self.w
         T = len(tokens)
         positions = np.empty(T, np.int64)
@@ -235,7 +236,7 @@ class Transformer:
             logits = be.scale(logits, 1.0 / cfg.logit_scale)
         if cfg.final_softcap:
             logits = be.softcap(logits, cfg.final_softcap)
-        return be.to_host(logits)
+        return be.to_host(logits) if host else logits
 
     def norm(self, x: Any, w: Any, b: Any) -> Any:
         """The model's norm over the last axis: RMSNorm, or LayerNorm (with bias b, if any)."""
