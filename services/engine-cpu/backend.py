@@ -33,7 +33,7 @@ from fakcore.models.config import ModelConfig, RopeScaling
 FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
-NIBBLE_TYPES = ("Q4_0", "Q4_1", "Q4_K")  # 4-bit values: kept two to a byte
+NIBBLE_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q4_G")  # 4-bit values: kept two to a byte (Q4_G: GPTQ, AWQ)
 ACTIVATIONS = ("auto", "f32", "int8")
 
 log = logging.getLogger("fak.engine-cpu")
@@ -52,13 +52,16 @@ class QMatrix:
                   without offsets (Q8_0, Q5_0, Q6_K, Q3_K: w = scale * q);
     layout "u8":  (int8 activations) one byte per value shifted to 0..255 (int8 + 128, the offset
                   corrected), for the types with offsets, q uint8 (rows, subs, sub).
-    offset is None where every offset is zero: those kernels skip the offset (bytes and work)."""
+    offset is None where every offset is zero: those kernels skip the offset (bytes and work).
+    columns (GPTQ act-order, Tensor.columns): the matrix's columns are the inputs in this order, so `linear`
+    multiplies x[:, columns]."""
 
     q: np.ndarray
     scale: np.ndarray  # (rows, subs) float32, or half bits (uint16) on the int8 path where exact
     offset: np.ndarray | None  # (rows, subs) float32; None: all zero
     qtype: str
     layout: str
+    columns: np.ndarray | None = None  # (cols,) input order of the stored columns; None: in order
 
     @property
     def nibbles(self) -> bool:
@@ -225,7 +228,7 @@ class NumbaBackend:
             if self.activations == "int8":  # offsets stay float32: their share is summed outside the integer loop
                 scale = _as_half_if_exact(scale)
             w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale),
-                        np.ascontiguousarray(offset) if offset.any() else None, t.qtype, layout)
+                        np.ascontiguousarray(offset) if offset.any() else None, t.qtype, layout, t.columns)
         else:
             raise BackendError(f"{t.source}: tensor {t.name!r}: the numba backend has no kernel for {t.qtype}")
         return w
@@ -245,13 +248,16 @@ class NumbaBackend:
             return np.ascontiguousarray(np.concatenate(weights, axis=0))
         if all(isinstance(w, QMatrix) for w in weights):
             first = weights[0]
-            if all(w.layout == first.layout and w.q.shape[1:] == first.q.shape[1:] and w.scale.dtype == first.scale.dtype
-                   for w in weights):
+            same_columns = all((w.columns is None and first.columns is None)
+                               or (w.columns is not None and first.columns is not None
+                                   and np.array_equal(w.columns, first.columns)) for w in weights)
+            if same_columns and all(w.layout == first.layout and w.q.shape[1:] == first.q.shape[1:]
+                                    and w.scale.dtype == first.scale.dtype for w in weights):
                 offsets = None if all(w.offset is None for w in weights) else np.concatenate([_offsets(w) for w in weights])
                 return QMatrix(np.ascontiguousarray(np.concatenate([w.q for w in weights])),
                                np.ascontiguousarray(np.concatenate([w.scale for w in weights])),
                                None if offsets is None else np.ascontiguousarray(offsets),
-                               "+".join(sorted({w.qtype for w in weights})), first.layout)
+                               "+".join(sorted({w.qtype for w in weights})), first.layout, first.columns)
         return None
 
     # -- ops -------------------------------------------------------------------------------------------
@@ -262,12 +268,17 @@ class NumbaBackend:
             q, sc, off = table.q[ids], _as_float(table.scale[ids]), _offsets(table, ids)  # the rows asked for
             rows = np.arange(len(ids), dtype=np.int64)
             (self.k.embed_q4 if table.nibbles else self.k.embed_q)(q, sc, off, rows, np.float32(scale), out)
+            if table.columns is not None:  # back to the model's column order
+                stored, out = out, np.empty_like(out)
+                out[:, table.columns] = stored
             return out
         x = table[ids]
         return x * np.float32(scale) if scale != 1.0 else x.copy()
 
     def linear(self, x: np.ndarray, w, bias: np.ndarray | None = None) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
+        if isinstance(w, QMatrix) and w.columns is not None:  # act-order: the inputs in the stored order
+            x = np.ascontiguousarray(x[:, w.columns])
         if isinstance(w, QMatrix) and self.activations == "int8":
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
             layout = "nib" if w.nibbles else f"{w.layout}_{w.sub}"

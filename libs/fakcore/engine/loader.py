@@ -47,6 +47,8 @@ def digest_tensors(tensors: dict[str, Tensor]) -> str:
         t = tensors[name]
         h.update(f"{name}|{t.qtype}|{tuple(t.shape)}|".encode())
         h.update(memoryview(t.raw))
+        if t.columns is not None:  # GPTQ act-order: the same bytes in another column order are another model
+            h.update(t.columns.astype(np.int64).tobytes())
     return h.hexdigest()
 
 

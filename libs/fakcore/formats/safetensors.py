@@ -31,7 +31,8 @@ INDEX_FILE = "model.safetensors.index.json"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the reference implementation's own limit
 
 # safetensors dtype -> (fak qtype, bytes per element). Other dtypes are refused, naming the tensor.
-DTYPES = {"F32": ("F32", 4), "F16": ("F16", 2), "BF16": ("BF16", 2)}
+# I32: GPTQ / AWQ's packed qweight, qzeros and g_idx (formats/gptq.py, formats/awq.py).
+DTYPES = {"F32": ("F32", 4), "F16": ("F16", 2), "BF16": ("BF16", 2), "I32": ("I32", 4)}
 
 
 class SafetensorsError(FormatError):

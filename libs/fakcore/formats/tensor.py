@@ -8,6 +8,10 @@ explicit (`dequantize`) so that a backend can instead keep the quantized blocks 
 Shapes are numpy's row-major order: a matrix is (rows = out_features, cols = in_features), and quant
 blocks run along the last axis, so every row is its own run of whole blocks. That is what lets
 `take_rows` reorder rows of a quantized tensor by moving bytes.
+
+A matrix may store its columns in another order than the model's (`columns`, GPTQ act-order: stored column k
+is input k' = columns[k], so that each quant block is one quantization group): `dequantize` puts them back; a
+kernel reading `as_blocks` multiplies by x[:, columns] instead.
 """
 
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ class Tensor:
     shape: tuple[int, ...]  # row-major logical shape; GGUF's ne order reversed
     raw: np.ndarray  # 1-D uint8, the stored bytes (zero-copy into the mmap when loaded from a file)
     source: str  # file path, for error messages
+    columns: np.ndarray | None = None  # (shape[-1],) stored column k is logical column columns[k]; None: in order
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(dim) for dim in self.shape))
@@ -54,6 +59,11 @@ class Tensor:
                 f"{where}: row length {row_length} is not a multiple of the {self.qtype} block size "
                 f"{qt.block_size} (shape {self.shape})"
             )
+        if self.columns is not None:
+            cols = np.asarray(self.columns)
+            if cols.shape != (row_length,) or not np.array_equal(np.sort(cols), np.arange(row_length)):
+                raise FormatError(f"{where}: columns is not a permutation of its {row_length} columns")
+            object.__setattr__(self, "columns", cols.astype(np.intp))
         if self.raw.size != self.nbytes:
             raise FormatError(
                 f"{where}: {self.qtype} {self.shape} needs {self.nbytes} bytes, got {self.raw.size}"
@@ -89,14 +99,18 @@ class Tensor:
             raise UnsupportedTypeError(
                 f"{self.source}: tensor '{self.name}': {self.qtype} (ggml type {qt.ggml_type}) is not supported"
             )
-        if self.qtype == "F32":
+        if self.qtype == "F32" and self.columns is None:
             return self.raw.view("<f4").reshape(self.shape)
         blocks = self.raw.reshape(-1, qt.type_size)
         out = np.empty((blocks.shape[0], qt.block_size), dtype=np.float32)
         step = max(1, CHUNK_ELEMENTS // qt.block_size)
         for start in range(0, blocks.shape[0], step):
             out[start : start + step] = qt.dequantize(blocks[start : start + step])
-        return out.reshape(self.shape)
+        out = out.reshape(self.shape)
+        if self.columns is not None:  # back to the model's column order
+            stored, out = out, np.empty_like(out)
+            out[..., self.columns] = stored
+        return out
 
     def as_blocks(self) -> np.ndarray:
         """raw as (n_rows, bytes_per_row) uint8, all leading axes folded into rows (a 1-D tensor is one
@@ -117,7 +131,8 @@ class Tensor:
         if index.size and (index.min() < 0 or index.max() >= n_rows):
             raise IndexError(f"{self.source}: tensor '{self.name}': row index out of range 0..{n_rows - 1}")
         rows = self.raw.reshape(n_rows, self.nbytes // n_rows if n_rows else 0)[index.astype(np.intp)]
-        return Tensor(self.name, self.qtype, (index.size, *self.shape[1:]), rows.reshape(-1), self.source)
+        return Tensor(self.name, self.qtype, (index.size, *self.shape[1:]), rows.reshape(-1), self.source, self.columns)
 
     def __repr__(self) -> str:
-        return f"Tensor({self.name!r}, {self.qtype}, shape={self.shape}, source={self.source!r})"
+        order = "" if self.columns is None else ", columns permuted"
+        return f"Tensor({self.name!r}, {self.qtype}, shape={self.shape}{order}, source={self.source!r})"

@@ -4,7 +4,8 @@ Two layouts:
 - a `.gguf` file (or a directory holding exactly one): config from the metadata, tokenizer from the
   `tokenizer.*` keys; the family is named by `general.architecture`.
 - a HuggingFace directory: `config.json` (family named by `model_type`), `model.safetensors` (or shards),
-  `tokenizer.json` + `tokenizer_config.json`, and `generation_config.json` for the end-of-turn ids.
+  `tokenizer.json` + `tokenizer_config.json`, and `generation_config.json` for the end-of-turn ids. A
+  `quantization_config` (GPTQ, AWQ) has its packed linears repacked to 4-bit Q4_G first (models/quantized.py).
 
 The family file (`models/<arch>.py`, found through the tables below) turns metadata into a ModelConfig
 and file names into canonical names; every tensor is then checked against the config, so a missing,
@@ -24,6 +25,7 @@ from fakcore.formats.gguf import GGUFFile
 from fakcore.formats.safetensors import load_safetensors
 from fakcore.formats.tensor import Tensor
 from fakcore.models.config import ConfigError, ModelConfig
+from fakcore.models.quantized import repack_quantized
 from fakcore.models.shapes import check_tensors
 from fakcore.models.sources import generation_sampling, gguf_sampling
 from fakcore.text.chat import ChatTemplate
@@ -93,7 +95,7 @@ def _from_hf(root: Path) -> Checkpoint:
     hf = _read_json(config_file)
     fam = family(HF_MODEL_TYPES, hf.get("model_type"), "model_type", str(config_file))
     cfg = fam.config_from_hf(hf, str(config_file))
-    tensors = fam.tensors_from_hf(cfg, load_safetensors(root), source)
+    tensors = fam.tensors_from_hf(cfg, repack_quantized(hf, load_safetensors(root), str(config_file)), source)
     check_tensors(cfg, tensors, source)
     tokenizer = Tokenizer.from_hf_dir(root)
     generation = _read_json(root / "generation_config.json") if (root / "generation_config.json").is_file() else {}

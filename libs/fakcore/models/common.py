@@ -303,7 +303,7 @@ def split_rows(t: Tensor, parts: Mapping[str, np.ndarray], source: str) -> dict[
             out[name] = Tensor(name, t.qtype, (len(rows),), raw, t.source or source)
         else:
             part = t.take_rows(rows)
-            out[name] = Tensor(name, part.qtype, part.shape, part.raw, t.source or source)
+            out[name] = Tensor(name, part.qtype, part.shape, part.raw, t.source or source, part.columns)
     return out
 
 

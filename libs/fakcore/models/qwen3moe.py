@@ -110,6 +110,9 @@ def stack_experts(per_expert: Mapping[int, Tensor], n_experts: int, layer: int, 
         if (t.qtype, tuple(t.shape)) != (first.qtype, tuple(first.shape)):
             raise WeightError(f"{t.source or source}: tensor {name.format(e=e)!r} is {t.qtype} {tuple(t.shape)}, "
                               f"expert 0 is {first.qtype} {tuple(first.shape)}")
+        if t.columns is not None:  # each expert's own act-order: one stacked tensor cannot hold them
+            raise WeightError(f"{t.source or source}: tensor {name.format(e=e)!r} has GPTQ act-order columns "
+                              f"(a non-trivial g_idx): not supported for experts")
     raw = np.concatenate([per_expert[e].raw for e in range(n_experts)])
     return Tensor(f"blk.{layer}.ffn_{kind}_exps.weight", first.qtype, (n_experts, *first.shape), raw,
                   first.source or source)

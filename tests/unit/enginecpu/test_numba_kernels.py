@@ -9,7 +9,7 @@ import pytest
 from fak_engine_cpu import vnni
 from fak_engine_cpu.backend import NumbaBackend, QMatrix
 from fakcore.engine.reference import ReferenceBackend
-from fakcore.formats.quants import QTYPES
+from fakcore.formats.quants import layout
 from fakcore.formats.quants.unpack import INTEGER_TYPES
 from fakcore.formats.tensor import Tensor
 from tests.unit.formats.test_formats_unpack import random_blocks
@@ -21,7 +21,7 @@ def nb():
 
 
 def quantized(qtype: str, rows: int, cols: int, seed: int = 0) -> Tensor:
-    qt = QTYPES[qtype]
+    qt = layout(qtype)
     rng = np.random.default_rng(seed)
     blocks = random_blocks(qtype, rows * cols // qt.block_size, rng)
     return Tensor(name=f"w.{qtype}", qtype=qtype, shape=(rows, cols), raw=blocks.reshape(-1), source="test")

@@ -5,18 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fakcore.formats.quants import QTYPES
+from fakcore.formats.quants import layout
 from fakcore.formats.quants.unpack import INTEGER_TYPES, unpack
 
 
 def random_blocks(qtype: str, n: int, rng: np.random.Generator) -> np.ndarray:
-    qt = QTYPES[qtype]
+    qt = layout(qtype)
     blocks = rng.integers(0, 256, (n, qt.type_size), dtype=np.uint8)
     # finite f16 scale fields wherever the layout keeps them
     fields = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82], "Q3_K": [108],
-              "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}[qtype]
+              "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q4_G": []}[qtype]
     for at in fields:
         blocks[:, at:at + 2] = rng.uniform(-2, 2, n).astype(np.float16).view(np.uint8).reshape(n, 2)
+    if qtype == "Q4_G":  # fak's own block: f32 scale and offset
+        blocks[:, 0:8] = rng.uniform(-2, 2, (n, 2)).astype("<f4").view(np.uint8)
     return blocks
 
 
@@ -27,6 +29,6 @@ def test_unpack_rebuilds_dequantize_exactly(qtype):
     u = unpack(qtype, blocks)
     assert u.q.dtype == np.int8 and u.scale.dtype == np.float32 and u.offset.dtype == np.float32
     rebuilt = (u.scale[:, :, None] * u.q.astype(np.float32) + u.offset[:, :, None]).reshape(len(blocks), -1)
-    expected = QTYPES[qtype].dequantize(blocks)
+    expected = layout(qtype).dequantize(blocks)
     # equal as numbers (a zero offset turns -0.0 into +0.0, which no kernel can tell apart)
     assert np.array_equal(rebuilt, expected.astype(np.float32))

@@ -4,6 +4,8 @@ A tensor of `n` elements along its last axis is stored as n / block_size blocks 
 so rows never share a block. Every dequantizer maps a (n_blocks, type_size) uint8 array to
 (n_blocks, block_size) float32 and lives with its block layout in the module of its format family:
 floats.py (unblocked F32/F16/BF16 and friends), legacy.py (Q4_0 … Q8_0), kquants.py (Q2_K … Q6_K).
+FAK_TYPES holds block types of fak's own that no GGUF file stores (id -1): grouped.py's Q4_G, what GPTQ and
+AWQ checkpoints are repacked into at load.
 
 ggml types whose layout we know but do not decode (the IQ and ternary families, …) are listed in
 UNSUPPORTED so that a file holding them still opens and fails only when such a tensor is used, with the
@@ -15,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import floats, kquants, legacy
+from . import floats, grouped, kquants, legacy
 
 BlockFn = Callable[[np.ndarray], np.ndarray]
 
@@ -67,6 +69,10 @@ UNSUPPORTED: dict[str, QType] = {
     "Q1_0": QType(41, 128, 18, None),
 }
 
+FAK_TYPES: dict[str, QType] = {
+    "Q4_G": QType(-1, grouped.BLOCK, grouped.TYPE_SIZE, grouped.dequantize_q4_g),
+}
+
 NAME_BY_GGML_TYPE: dict[int, str] = {qt.ggml_type: name for name, qt in (QTYPES | UNSUPPORTED).items()}
 
 # Block quantizers, (n_blocks, block_size) float32 -> (n_blocks, type_size) uint8. Only what tests and tools
@@ -82,8 +88,8 @@ QUANTIZERS: dict[str, BlockFn] = {
 
 
 def layout(qtype: str) -> QType:
-    """The table row for any known ggml type name, supported or not; KeyError for names ggml never had."""
-    found = QTYPES.get(qtype) or UNSUPPORTED.get(qtype)
+    """The table row for any known ggml type name, supported or not, or of fak's own types; KeyError otherwise."""
+    found = QTYPES.get(qtype) or UNSUPPORTED.get(qtype) or FAK_TYPES.get(qtype)
     if found is None:
         raise KeyError(qtype)
     return found

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import kquants, legacy
+from . import grouped, kquants, legacy
 
 
 class Unpacked(NamedTuple):
@@ -73,7 +73,11 @@ def unpack(qtype: str, blocks: np.ndarray) -> Unpacked:
         offset = (kquants.unpack_high_bits(hmask) ^ np.uint8(1)) << np.uint8(2)
         q = kquants.unpack_2bit(qs).view(np.int8) - offset.view(np.int8)
         return Unpacked(q.reshape(n, 16, 16), d * scales.astype(np.float32), np.zeros((n, 16), np.float32))
+    if qtype == "Q4_G":
+        scale, offset = blocks[:, 0:4].copy().view("<f4"), blocks[:, 4:8].copy().view("<f4")
+        return Unpacked(grouped.unpack_q4_g(blocks).reshape(n, 1, 32).astype(np.int8), scale.reshape(n, 1),
+                        offset.reshape(n, 1))
     raise KeyError(f"{qtype} has no integer form")
 
 
-INTEGER_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+INTEGER_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_G")
