@@ -10,13 +10,12 @@ what it is doing): the first request never waits for a compile.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 import fak_engine_cpu.backend  # noqa: F401  registers "numba"
 from fakcore.engine.backend import BackendError
-from fakcore.engine.loader import describe, load_model, make_backend, warm_up
+from fakcore.engine.loader import describe, in_own_thread, load_model, make_backend, warm_up
 from fakcore.engine.worker import EngineWorker
 from fakcore.service import Service, run_service
 from fakcore.settings import Settings
@@ -35,13 +34,13 @@ async def bootstrap(svc: Service) -> None:
     backend = (make_backend(s.backend, threads=s.threads, activations=s.activations) if s.backend == "numba"
                else make_backend(s.backend))
     svc.starting = f"loading {s.model}"
-    model = await asyncio.to_thread(load_model, s.model, backend, s.cache_dir)
+    model = await in_own_thread(load_model, s.model, backend, s.cache_dir)
     log.info("loaded %s in %.2fs", describe(model), time.perf_counter() - t0)
     svc.starting = f"warming up {model.backend.name} (compiling its kernels on a first start)"
     log.info("%s: warming up the %s kernels (a first start on this machine compiles them, ~10-60 s; cached after)",
              model.name, model.backend.name)
     t0 = time.perf_counter()
-    await asyncio.to_thread(warm_up, model)
+    await in_own_thread(warm_up, model)
     log.info("%s: warm in %.2fs", model.name, time.perf_counter() - t0)
     await EngineWorker(svc, model, ENGINE_KIND).start()
 

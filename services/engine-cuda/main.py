@@ -14,7 +14,6 @@ serves from the CPU: without a device it exits with status 1 and one line saying
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import time
@@ -24,7 +23,7 @@ import numpy as np
 import fak_engine_cuda.backend  # noqa: F401  registers "cuda"
 from fak_engine_cuda.backend import CudaBackend, DeviceInfo, open_device
 from fakcore.engine.backend import BackendError
-from fakcore.engine.loader import describe, load_model, make_backend, warm_up
+from fakcore.engine.loader import describe, in_own_thread, load_model, make_backend, warm_up
 from fakcore.engine.sampling import Draw
 from fakcore.engine.worker import EngineWorker
 from fakcore.service import Service, run_service
@@ -68,7 +67,7 @@ async def bootstrap(svc: Service) -> None:
     log.info("engine-cuda on %s", backend.info)
     svc.starting = f"loading {s.model} onto cuda:{index}"
     try:
-        model = await asyncio.to_thread(load_model, s.model, backend, s.cache_dir)
+        model = await in_own_thread(load_model, s.model, backend, s.cache_dir)
     except Exception as exc:
         if "OUT_OF_MEMORY" not in str(exc):
             raise
@@ -80,8 +79,8 @@ async def bootstrap(svc: Service) -> None:
              time.perf_counter() - t0, backend.resident_bytes / 2**20, index, free / 2**30)
     svc.starting = "warming up the cuda kernels (a first start compiles them)"
     t0 = time.perf_counter()
-    await asyncio.to_thread(warm_up, model)
-    await asyncio.to_thread(warm_up_sampling, backend, model.config.vocab_size)
+    await in_own_thread(warm_up, model)
+    await in_own_thread(warm_up_sampling, backend, model.config.vocab_size)
     log.info("%s: warm in %.2fs", model.name, time.perf_counter() - t0)
     await EngineWorker(svc, model, ENGINE_KIND).start()
 

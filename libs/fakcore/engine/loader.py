@@ -8,9 +8,12 @@ architecture string (models/<arch>.py), checks every tensor, and places the weig
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -23,6 +26,8 @@ from fakcore.models.config import ModelConfig
 from fakcore.text.byte_tokenizer import ByteTokenizer
 from fakcore.text.chat import ChatTemplate
 from fakcore.text.tokenizer import Tokenizer
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -96,6 +101,40 @@ def _load_synthetic(backend: Backend) -> LoadedModel:
     weights = load_weights(cfg, tensors, backend, "synthetic")
     return LoadedModel(name="synthetic", config=cfg, transformer=Transformer(cfg, weights, backend), tokenizer=tok,
                        template=template, weights_digest=digest_tensors(tensors), source="synthetic")
+
+
+async def in_own_thread(fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args) in a thread of its own that ends with it (not asyncio's pooled executor threads, which live on).
+
+    For the start-up work of an engine (loading, warming up) before its scheduler thread takes over: numba's
+    OpenMP layer gives every thread that starts a parallel region a team of worker threads, kept as long as
+    that thread lives. A second team (say, a pooled thread's from warming up) outnumbers the cores, and the
+    OpenMP runtime then throttles its spin-waiting for every team: each of the hundreds of parallel regions
+    of a decode step waits on sleeping threads, about half the single-stream decode speed on 2 cores
+    (measured: 34-43 against 60-75 tok/s, SmolLM2 Q4_1, tests/unit/engine/test_compute_threads.py)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if exc is None:
+            done.set_result(result)
+        else:
+            done.set_exception(exc)
+
+    def run() -> None:
+        try:
+            result, exc = fn(*args), None
+        except BaseException as e:  # handed to the awaiting coroutine
+            result, exc = None, e
+        loop.call_soon_threadsafe(settle, result, exc)
+
+    thread = threading.Thread(target=run, name=f"fak-{getattr(fn, '__name__', 'start')}", daemon=True)
+    thread.start()
+    result = await done
+    thread.join()  # it has returned: gone in a moment, its team with it
+    return result
 
 
 def warm_up(model: LoadedModel) -> None:
