@@ -195,6 +195,13 @@ class NumbaBackend:
         self.threads = numba.get_num_threads()
         self._resident: dict[tuple, Any] = {}
 
+    def bind(self) -> None:
+        """Give the calling thread this backend's thread count: numba's is per thread, and the scheduler
+        thread (or a warm-up's) would otherwise run on every core whatever FAK_THREADS says."""
+        import numba
+
+        numba.set_num_threads(self.threads)
+
     # -- weights ---------------------------------------------------------------------------------------
     def matrix(self, t) -> QMatrix | np.ndarray:
         key = (t.source, t.name, t.qtype, tuple(t.shape), t.raw.ctypes.data)

@@ -140,6 +140,8 @@ async def in_own_thread(fn: Callable[..., T], *args: Any) -> T:
 def warm_up(model: LoadedModel) -> None:
     """Run each kind of step the scheduler takes once (a prefill; a batched decode of two sequences), so that a
     compiling backend compiles, or loads from its cache, every kernel before the worker takes a request."""
+    if callable(bind := getattr(model.backend, "bind", None)):
+        bind()
     tf = model.transformer
     a, b = tf.new_cache(), tf.new_cache()
     tokens = np.array([model.config.bos_id if model.config.bos_id is not None else 0] * 3, np.int64)

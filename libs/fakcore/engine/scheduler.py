@@ -145,6 +145,8 @@ class Scheduler:
 
     def _supervised(self) -> None:
         try:
+            if callable(bind := getattr(self.model.backend, "bind", None)):
+                bind()  # a backend's per-thread state (numba's thread count, CUDA's current device) for this thread
             self._run()
         except BaseException as exc:  # not a step's fault (those are caught): the loop itself broke
             log.critical("the scheduler loop died", exc_info=exc)

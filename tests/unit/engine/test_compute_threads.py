@@ -70,3 +70,21 @@ def test_the_engines_load_and_warm_up_in_their_own_threads(service):
     source = (ROOT / "services" / service / "main.py").read_text()
     assert not re.search(r"to_thread\((load_model|warm_up)", source)
     assert "in_own_thread(load_model" in source and "in_own_thread(warm_up, model)" in source
+
+
+def test_the_scheduler_thread_runs_on_the_configured_thread_count():
+    """numba's thread count is per thread: the backend's (FAK_THREADS) must hold on the scheduler's thread."""
+    import numba
+
+    from fakcore.engine.scheduler import Scheduler
+
+    model = load_model("synthetic", make_backend("numba", threads=1))
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)  # this thread back to every core
+    seen = []
+    sched = Scheduler(model, lambda event: None)
+    sched.start()
+    try:
+        seen.append(sched.call(numba.get_num_threads).result(timeout=30))
+    finally:
+        sched.stop()
+    assert seen == [1]
