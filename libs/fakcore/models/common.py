@@ -9,7 +9,7 @@ Every missing or unusable field raises ConfigError naming the file and the field
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -343,3 +343,15 @@ def gemma_attention_scale(n_layers: int, big_model_layers: int, dim: int, n_head
     """llama.cpp's rule for Gemma 2/3 GGUFs, which carry no query_pre_attn_scalar: the 27B model scales by
     1/sqrt(dim / n_heads), every other size by 1/sqrt(head_dim)."""
     return 1.0 / math.sqrt(dim // n_heads if n_layers == big_model_layers else head_dim)
+
+
+def split_qkv(n_layers: int, tensors: dict[str, Tensor], rows: Sequence[np.ndarray], source: str) -> dict[str, Tensor]:
+    """Every layer's fused attn_qkv weight and bias as attn_q / attn_k / attn_v: `rows` names the fused rows of
+    q, k and v in order (each family's own interleave)."""
+    for i in range(n_layers):
+        for kind in ("weight", "bias"):
+            fused = tensors.pop(f"blk.{i}.attn_qkv.{kind}", None)
+            if fused is not None:
+                tensors |= split_rows(fused, {f"blk.{i}.attn_{p}.{kind}": r for p, r in zip("qkv", rows, strict=True)},
+                                      source)
+    return tensors

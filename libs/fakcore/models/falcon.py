@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from fakcore.formats.tensor import Tensor
-from fakcore.models.common import gguf_base, hf_base, rename_hf, split_rows, untie_gguf
+from fakcore.models.common import gguf_base, hf_base, rename_hf, split_qkv, untie_gguf
 from fakcore.models.config import ConfigError, ModelConfig
 
 ARCH = "falcon"
@@ -111,7 +111,7 @@ def tensors_from_gguf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: s
                 out[f"{p}attn_norm.{kind}"] = second
     q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     rows = (np.arange(q), np.arange(q, q + kv), np.arange(q + kv, q + 2 * kv))  # [all q; all k; all v]
-    return split_qkv(cfg, out, rows, source)
+    return split_qkv(cfg.n_layers, out, rows, source)
 
 
 def tensors_from_hf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> dict[str, Tensor]:
@@ -120,16 +120,5 @@ def tensors_from_hf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str
     group = cfg.n_heads // cfg.n_kv_heads
     fused = np.arange((cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim).reshape(cfg.n_kv_heads, group + 2, cfg.head_dim)
     rows = (fused[:, :group].reshape(-1), fused[:, group].reshape(-1), fused[:, group + 1].reshape(-1))
-    return split_qkv(cfg, out, rows, source)
+    return split_qkv(cfg.n_layers, out, rows, source)
 
-
-def split_qkv(cfg: ModelConfig, tensors: dict[str, Tensor], rows: tuple[np.ndarray, ...], source: str) -> dict[str, Tensor]:
-    """Every layer's fused attn_qkv weight and bias as attn_q / attn_k / attn_v: `rows` names the fused rows of q
-    (head by head), k and v in order."""
-    for i in range(cfg.n_layers):
-        for kind in ("weight", "bias"):
-            fused = tensors.pop(f"blk.{i}.attn_qkv.{kind}", None)
-            if fused is not None:
-                tensors |= split_rows(fused, {f"blk.{i}.attn_{p}.{kind}": r for p, r in zip("qkv", rows, strict=True)},
-                                      source)
-    return tensors

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fakcore.formats.tensor import Tensor
-from fakcore.models.common import gguf_base, hf_base, hf_rope_dim, rename_hf, split_rows, untie_gguf
+from fakcore.models.common import gguf_base, hf_base, hf_rope_dim, rename_hf, split_qkv, untie_gguf
 from fakcore.models.config import ConfigError, ModelConfig
 
 ARCH = "gptneox"
@@ -73,23 +73,12 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
 
 def tensors_from_gguf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> dict[str, Tensor]:
     rows = np.arange(3 * cfg.n_heads * cfg.head_dim).reshape(3, -1)  # [all q; all k; all v]
-    return split_qkv(cfg, dict(tensors), rows, source)
+    return split_qkv(cfg.n_layers, dict(tensors), rows, source)
 
 
 def tensors_from_hf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> dict[str, Tensor]:
     out = rename_hf(tensors, HF_LAYER, cfg.n_layers, cfg.tie_embeddings, source, global_map=HF_GLOBAL,
                     layers="gpt_neox.layers.", ignored=HF_IGNORED)
     per_head = np.arange(3 * cfg.n_heads * cfg.head_dim).reshape(cfg.n_heads, 3, cfg.head_dim)
-    return split_qkv(cfg, out, per_head.transpose(1, 0, 2).reshape(3, -1), source)  # [q|k|v][h, d] rows
+    return split_qkv(cfg.n_layers, out, per_head.transpose(1, 0, 2).reshape(3, -1), source)  # [q|k|v][h, d] rows
 
-
-def split_qkv(cfg: ModelConfig, tensors: dict[str, Tensor], rows: np.ndarray, source: str) -> dict[str, Tensor]:
-    """Every layer's fused attn_qkv weight and bias as attn_q / attn_k / attn_v: `rows` (3, H*D) names the
-    fused rows of q, k and v in order."""
-    for i in range(cfg.n_layers):
-        for kind in ("weight", "bias"):
-            fused = tensors.pop(f"blk.{i}.attn_qkv.{kind}", None)
-            if fused is not None:
-                tensors |= split_rows(fused, {f"blk.{i}.attn_{p}.{kind}": r for p, r in zip("qkv", rows, strict=True)},
-                                      source)
-    return tensors
