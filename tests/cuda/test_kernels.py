@@ -78,7 +78,7 @@ def test_embedding_rows_are_decoded_rows_times_the_scale(be):
     assert np.array_equal(got, t.dequantize()[ids] * np.float32(2.5))
 
 
-@pytest.mark.parametrize("qtype", ["Q2_K", "Q3_K", "IQ4_NL"])
+@pytest.mark.parametrize("qtype", ["Q2_K", "Q3_K", "IQ4_NL", "TQ2_0", "MXFP4"])
 def test_a_type_without_a_kernel_is_an_error_naming_it(be, qtype):
     qt = layout(qtype)
     raw = np.zeros(2 * 256 // qt.block_size * qt.type_size, np.uint8)

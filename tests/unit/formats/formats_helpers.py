@@ -20,6 +20,9 @@ F16_FIELDS = {
     "Q4_K": [0, 2],
     "Q5_K": [0, 2],
     "Q6_K": [208],
+    "TQ1_0": [52],
+    "TQ2_0": [64],
+    "MXFP4": [],  # its scale is one e8m0 byte (random_blocks keeps it where 12 x the scale is finite)
 }
 
 
@@ -45,6 +48,8 @@ def random_blocks(qtype: str, n_blocks: int, seed: int = 0) -> np.ndarray:
     blocks = rng.integers(0, 256, size=(n_blocks, qt.type_size), dtype=np.uint8)
     for start in F16_FIELDS.get(qtype, []):
         blocks[:, start : start + 2] = finite_f16(rng, n_blocks).view(np.uint8).reshape(n_blocks, 2)
+    if qtype == "MXFP4":  # every e8m0 scale from the subnormal ones (e < 2) to 2^122
+        blocks[:, 0] = rng.integers(0, 251, n_blocks, dtype=np.uint8)
     return blocks
 
 

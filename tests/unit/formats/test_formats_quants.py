@@ -64,22 +64,35 @@ def quantizer_inputs() -> np.ndarray:
     return np.concatenate([normal, special]).astype(np.float32)  # ggml quantizes f32
 
 
-@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "BF16", "F16"])
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "BF16", "F16", "TQ1_0", "TQ2_0", "MXFP4"])
 def test_quantizer_matches_gguf_bit_for_bit(qtype):
     values = quantizer_inputs()
+    if QTYPES[qtype].block_size == 256:  # the ternary types: the same values, eight to a block
+        values = values[: len(values) // 8 * 8].reshape(-1, 256)
     expected = gguf.quants.quantize(values, GGMLType[qtype])
     got = quantize(values, qtype)
     assert got.dtype == np.uint8
     assert np.array_equal(got, np.ascontiguousarray(expected).view(np.uint8).reshape(got.shape))
 
 
-@pytest.mark.parametrize("qtype, tolerance", [("Q8_0", 0.01), ("Q4_0", 0.15), ("Q4_1", 0.1)])
+@pytest.mark.parametrize("qtype, tolerance", [("Q8_0", 0.01), ("Q4_0", 0.15), ("Q4_1", 0.1), ("MXFP4", 0.26)])
 def test_quantize_round_trip_is_close(qtype, tolerance):
     values = np.random.default_rng(4).standard_normal((16, 256)).astype(np.float32)
     t = Tensor.from_array("w", values, qtype)
     assert t.shape == (16, 256) and t.raw.size == t.nbytes
     error = np.abs(t.dequantize() - values).max(axis=1) / np.abs(values).max(axis=1)
     assert error.max() < tolerance
+
+
+def test_ternary_round_trip_keeps_signs_and_the_block_maximum():
+    """Ternary blocks hold -d, 0 or d: every value rounds to the nearest of them (d = the block's max |x|)."""
+    values = np.random.default_rng(8).standard_normal((6, 512)).astype(np.float32)
+    for qtype in ("TQ1_0", "TQ2_0"):
+        got = Tensor.from_array("w", values, qtype).dequantize().reshape(-1, 256)
+        blocks = values.reshape(-1, 256)
+        d = np.abs(blocks).max(axis=1, keepdims=True).astype(np.float16).astype(np.float32)
+        expected = np.where(np.abs(blocks) >= d / 2, np.sign(blocks) * d, 0)
+        assert np.array_equal(got, expected), qtype
 
 
 def test_quantize_rejects_bad_row_length():

@@ -3,11 +3,12 @@
 A tensor of `n` elements along its last axis is stored as n / block_size blocks of type_size bytes each,
 so rows never share a block. Every dequantizer maps a (n_blocks, type_size) uint8 array to
 (n_blocks, block_size) float32 and lives with its block layout in the module of its format family:
-floats.py (unblocked F32/F16/BF16 and friends), legacy.py (Q4_0 … Q8_0), kquants.py (Q2_K … Q6_K).
+floats.py (unblocked F32/F16/BF16 and friends), legacy.py (Q4_0 … Q8_0), kquants.py (Q2_K … Q6_K), lowbit.py
+(the ternary TQ1_0 / TQ2_0 and MXFP4).
 FAK_TYPES holds block types of fak's own that no GGUF file stores (id -1): grouped.py's Q4_G, what GPTQ and
 AWQ checkpoints are repacked into at load.
 
-ggml types whose layout we know but do not decode (the IQ and ternary families, …) are listed in
+ggml types whose layout we know but do not decode (the IQ family, NVFP4, …) are listed in
 UNSUPPORTED so that a file holding them still opens and fails only when such a tensor is used, with the
 type named. Ids, block sizes and type sizes follow ggml.h / gguf-py's GGML_QUANT_SIZES.
 """
@@ -17,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import floats, grouped, kquants, legacy
+from . import floats, grouped, kquants, legacy, lowbit
 
 BlockFn = Callable[[np.ndarray], np.ndarray]
 
@@ -48,6 +49,9 @@ QTYPES: dict[str, QType] = {
     "I64": QType(27, 1, 8, floats.dequantize_i64),
     "F64": QType(28, 1, 8, floats.dequantize_f64),
     "BF16": QType(30, 1, 2, floats.dequantize_bf16),
+    "TQ1_0": QType(34, 256, 54, lowbit.dequantize_tq1_0),
+    "TQ2_0": QType(35, 256, 66, lowbit.dequantize_tq2_0),
+    "MXFP4": QType(39, 32, 17, lowbit.dequantize_mxfp4),
 }
 
 UNSUPPORTED: dict[str, QType] = {
@@ -62,9 +66,6 @@ UNSUPPORTED: dict[str, QType] = {
     "IQ2_S": QType(22, 256, 82, None),
     "IQ4_XS": QType(23, 256, 136, None),
     "IQ1_M": QType(29, 256, 56, None),
-    "TQ1_0": QType(34, 256, 54, None),
-    "TQ2_0": QType(35, 256, 66, None),
-    "MXFP4": QType(39, 32, 17, None),
     "NVFP4": QType(40, 64, 36, None),
     "Q1_0": QType(41, 128, 18, None),
 }
@@ -84,6 +85,9 @@ QUANTIZERS: dict[str, BlockFn] = {
     "Q8_0": legacy.quantize_q8_0,
     "Q4_0": legacy.quantize_q4_0,
     "Q4_1": legacy.quantize_q4_1,
+    "TQ1_0": lowbit.quantize_tq1_0,
+    "TQ2_0": lowbit.quantize_tq2_0,
+    "MXFP4": lowbit.quantize_mxfp4,
 }
 
 

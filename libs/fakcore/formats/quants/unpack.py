@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import grouped, kquants, legacy
+from . import grouped, kquants, legacy, lowbit
 
 
 class Unpacked(NamedTuple):
@@ -77,7 +77,11 @@ def unpack(qtype: str, blocks: np.ndarray) -> Unpacked:
         scale, offset = blocks[:, 0:4].copy().view("<f4"), blocks[:, 4:8].copy().view("<f4")
         return Unpacked(grouped.unpack_q4_g(blocks).reshape(n, 1, 32).astype(np.int8), scale.reshape(n, 1),
                         offset.reshape(n, 1))
+    if qtype in ("TQ1_0", "TQ2_0", "MXFP4"):  # no offsets; a ternary block's one scale repeated per 32
+        q, scale = lowbit.int_values(qtype, blocks)
+        return Unpacked(q, scale, np.zeros(scale.shape, np.float32))
     raise KeyError(f"{qtype} has no integer form")
 
 
-INTEGER_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_G")
+INTEGER_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_G", "TQ1_0", "TQ2_0",
+                 "MXFP4")
