@@ -2,13 +2,14 @@
 as GGUF files the way llama.cpp's convert_hf_to_gguf writes them, and fak run on what was written.
 
 The GGUF writer follows the converter step by step (names through `gguf.get_tensor_name_map`, Q/K row
-permutation for llama and granite, +1 on Gemma norm gains, `rope_freqs` for Llama-3 scaling, MoE experts stacked
-per layer into `ffn_*_exps` (Qwen2MoeModel.modify_tensors), GPT-NeoX's per-head qkv rows regrouped into
+permutation for llama, granite and granitemoe, +1 on Gemma norm gains, `rope_freqs` for Llama-3 scaling, MoE experts
+stacked per layer into `ffn_*_exps` (Qwen2MoeModel / OlmoeModel.modify_tensors), GraniteMoE's fused input_linear split
+into `ffn_gate_exps` / `ffn_up_exps` (GraniteMoeModel.modify_tensors), GPT-NeoX's per-head qkv rows regrouped into
 [q; k; v] (GPTNeoXModel.modify_tensors), StableLM's per-head q/k norms stacked (StableLMModel._stack_qk_norm),
 Phi-3's longrope factor tensors (Phi3MiniModel.generate_extra_tensors), Falcon's qkv rows regrouped from kv groups
 into [q; k; v] (FalconModel.modify_tensors), norms, biases and the MoE router kept
 F32, metadata keys as its TextModel / LlamaModel / Gemma2Model / Gemma3Model / GPTNeoXModel / StableLMModel /
-Phi3MiniModel / GraniteModel write them). Deliberate deviations: a Mistral file also gets
+Phi3MiniModel / GraniteModel / OlmoeModel write them). Deliberate deviations: a Mistral file also gets
 `llama.attention.sliding_window`, which the converter drops; the partial rotary factor is read from
 transformers 5's `rope_parameters` where the converters read `rotary_pct` / `partial_rotary_factor` at the top
 level of config.json (rotary_factor); a multi-query Falcon gets one key/value head (falcon_kv_heads).
@@ -94,6 +95,16 @@ FAMILIES: dict[str, Family] = {
     "qwen3moe-unnormed": Family("qwen3_moe", "qwen3moe", dict(num_hidden_layers=2, tie_word_embeddings=True,
                                                               **(MOE | dict(num_experts_per_tok=3, norm_topk_prob=False))),
                                   gguf_ok=False),
+    # OLMoE: pre-norm, full-width q/k norms, 8 experts of width 32 (intermediate_size), top 2 not renormalised (HF's
+    # default and what llama.cpp assumes of every olmoe GGUF); RMSNorm epsilon 1e-5, which the converter always writes
+    "olmoe": Family("olmoe", "olmoe", dict(num_hidden_layers=3, tie_word_embeddings=False, num_experts=8,
+                                           num_experts_per_tok=2, intermediate_size=32, norm_topk_prob=False,
+                                           rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    # top 3 of 8 renormalised, a tied head: the converter writes no flag for norm_topk_prob, so safetensors only
+    "olmoe-normed": Family("olmoe", "olmoe", dict(num_hidden_layers=2, tie_word_embeddings=True, num_experts=8,
+                                                  num_experts_per_tok=3, intermediate_size=32, norm_topk_prob=True,
+                                                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+                           gguf_ok=False),
     # the classic decoders. RoPE base 10000 for GPT-NeoX and StableLM: their converters write no rope.freq_base.
     # LayerNorms with biases, parallel residual, half of each head rotated, fused per-head qkv, exact GELU
     "gptneox": Family("gpt_neox", "gptneox", dict(num_hidden_layers=3, use_parallel_residual=True, hidden_act="gelu",
@@ -126,6 +137,12 @@ FAMILIES: dict[str, Family] = {
     "granite": Family("granite", "granite", dict(num_hidden_layers=3, tie_word_embeddings=True, embedding_multiplier=12.0,
                                                  residual_multiplier=0.25, attention_multiplier=0.125, logits_scaling=8.0,
                                                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    # Granite's multipliers with 8 fused experts of width 32 (intermediate_size), top 2 (softmax over their logits)
+    "granitemoe": Family("granitemoe", "granitemoe", dict(num_hidden_layers=3, tie_word_embeddings=True, num_local_experts=8,
+                                                          num_experts_per_tok=2, intermediate_size=32,
+                                                          embedding_multiplier=12.0, residual_multiplier=0.25,
+                                                          attention_multiplier=0.125, logits_scaling=8.0,
+                                                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
     # RoPE scaling on Llama and Qwen2 blocks. Linear: every frequency / 4.
     "llama-linear": Family("llama", "llama", dict(num_hidden_layers=2, tie_word_embeddings=False,
                                                   rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0})),
@@ -187,7 +204,7 @@ def build_hf_model(name: str, matrix_qtype: str = "F32", seed: int = 0) -> torch
     config = AutoConfig.for_model(fam.model_type, **{k: v for k, v in (COMMON | fam.config).items() if k not in fam.unset})
     torch.manual_seed(seed)
     # eager experts: HuggingFace's loop over experts, the textbook order (the default is a grouped matmul)
-    moe = {"experts_implementation": "eager"} if "num_experts" in fam.config else {}
+    moe = {"experts_implementation": "eager"} if {"num_experts", "num_local_experts"} & set(fam.config) else {}
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32, **moe).eval()
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
@@ -361,20 +378,21 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         w.add_rope_freq_base(full["rope_theta"])
         if "sliding_attention" in rope:
             w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
-        w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
+        w.add_layer_norm_rms_eps(1e-5 if arch == "olmoe" else hp["rms_norm_eps"])  # OlmoeModel: always 1e-5
         w.add_key_length(hp["head_dim"])
         w.add_value_length(hp["head_dim"])
-    if arch in ("llama", "granite"):  # LlamaModel.set_gguf_parameters
+    if arch in ("llama", "granite", "granitemoe"):  # LlamaModel.set_gguf_parameters
         w.add_vocab_size(hp["vocab_size"])
         w.add_rope_dimension_count(hp["head_dim"])
-    if arch == "granite":  # GraniteModel.set_gguf_parameters: each multiplier only when set
+    if arch in ("granite", "granitemoe"):  # GraniteModel.set_gguf_parameters: each multiplier only when set
         for key, add in (("attention_multiplier", w.add_attention_scale), ("embedding_multiplier", w.add_embedding_scale),
                          ("residual_multiplier", w.add_residual_scale), ("logits_scaling", w.add_logit_scale)):
             if hp.get(key):
                 add(hp[key])
-    if arch == "qwen3moe":  # TextModel's expert keys + Qwen2MoeModel.set_gguf_parameters
+    if hp.get("num_local_experts") or hp.get("num_experts"):  # TextModel's expert keys
         w.add_expert_count(n_experts(hp))
         w.add_expert_used_count(hp["num_experts_per_tok"])
+    if arch == "qwen3moe":  # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
     if arch == "gemma3":  # Gemma3Model.set_gguf_parameters
         if hp.get("final_logit_softcapping"):
@@ -420,14 +438,19 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
             qkv = data.reshape(kv, n_head // kv + 2, head_dim, head_dim * n_head)
             data = np.concatenate([qkv[:, :-2].reshape(n_head * head_dim, -1), qkv[:, [-2]].reshape(kv * head_dim, -1),
                                    qkv[:, [-1]].reshape(kv * head_dim, -1)])
-        if ".mlp.experts." in hf_name:  # Qwen2MoeModel.modify_tensors: stacked below
+        if ".mlp.experts." in hf_name:  # Qwen2MoeModel / OlmoeModel.modify_tensors: stacked below
             experts[hf_name] = data
+            continue
+        if hf_name.endswith("block_sparse_moe.input_linear.weight"):  # GraniteMoeModel.modify_tensors: gate, then up
+            gate, up = np.split(data, 2, axis=-2)
+            bid = int(hf_name.split(".")[2])
+            tensors[f"blk.{bid}.ffn_gate_exps.weight"], tensors[f"blk.{bid}.ffn_up_exps.weight"] = gate, up
             continue
         if arch.startswith("gemma") and hf_name == "lm_head.weight":
             continue
-        if arch in ("llama", "granite") and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
+        if arch in ("llama", "granite", "granitemoe") and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
             data = permute(data, n_head, n_head)
-        if arch in ("llama", "granite") and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
+        if arch in ("llama", "granite", "granitemoe") and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
             data = permute(data, n_head, n_kv)
         if arch.startswith("gemma") and hf_name.endswith("norm.weight"):
             data = data + 1

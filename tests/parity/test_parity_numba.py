@@ -4,8 +4,8 @@ argmax equal at every position, cached decode equal to full recompute within 5e-
 
 The six wave-1 families are proven on numba elsewhere (real checkpoints through tests/unit/enginecpu and
 tests/unit/kv); this file covers the families whose blocks are new: OLMo2's post-norm and full-width q/k
-norms, Qwen3-MoE's routed experts, the classic decoders (GPT-NeoX, StableLM, Phi-3, Granite, Falcon) and the RoPE
-scalings (linear, YaRN, dynamic NTK) on Llama and Qwen2 blocks.
+norms, the routed experts of Qwen3-MoE, OLMoE and GraniteMoE, the classic decoders (GPT-NeoX, StableLM, Phi-3,
+Granite, Falcon) and the RoPE scalings (linear, YaRN, dynamic NTK) on Llama and Qwen2 blocks.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from .support import FAMILIES, FORMATS, SEQ, export, measure, tokens_for
 from .test_parity_families import CACHED_BOUND, LOGITS_BOUND
 
-WAVE2 = ("olmo2", "qwen3moe", "qwen3moe-unnormed")
+WAVE2 = ("olmo2", "qwen3moe", "qwen3moe-unnormed", "olmoe", "olmoe-normed", "granitemoe")
 # the classic decoders: LayerNorm, partial RoPE, parallel residuals, the plain GELU MLP, Granite's multipliers
 CLASSIC = ("gptneox", "gptneox-sequential", "gptneox-gelu-new", "stablelm", "stablelm-parallel", "phi3", "phi3-longrope",
            "granite", "falcon", "falcon-1ln", "falcon-7b", "falcon-sequential")

@@ -11,7 +11,7 @@ default scale); Q and K rows permuted as for Llama, and put back here (llama.py)
 `head_dim` (the GGUF then says hidden_size / heads); HuggingFace and fak honour it.
 
 Not supported, an explicit ConfigError: attention / MLP biases, another activation than SiLU. GraniteMoE and
-Granite-4 hybrids are other architectures (`granitemoe`, `granitehybrid`).
+Granite-4 hybrids are other architectures (`granitemoe`: granitemoe.py; `granitehybrid`).
 """
 
 from __future__ import annotations
@@ -28,19 +28,21 @@ from fakcore.models.config import ConfigError, ModelConfig
 ARCH = "granite"
 
 
-def config_from_gguf(meta: Mapping[str, Any], tensors: Mapping[str, Tensor], source: str) -> ModelConfig:
-    base = llama.config_from_gguf(meta, tensors, source, arch=ARCH)
-    return _with_multipliers(base, embedding=meta.get(f"{ARCH}.embedding_scale"),
-                             residual=meta.get(f"{ARCH}.residual_scale"),
-                             attention=meta.get(f"{ARCH}.attention.scale"), logits=meta.get(f"{ARCH}.logit_scale"))
+def config_from_gguf(meta: Mapping[str, Any], tensors: Mapping[str, Tensor], source: str,
+                     arch: str = ARCH) -> ModelConfig:
+    """arch: the multipliers' key prefix, `granitemoe` for GraniteMoE (granitemoe.py)."""
+    base = llama.config_from_gguf(meta, tensors, source, arch=arch)
+    return _with_multipliers(base, embedding=meta.get(f"{arch}.embedding_scale"),
+                             residual=meta.get(f"{arch}.residual_scale"),
+                             attention=meta.get(f"{arch}.attention.scale"), logits=meta.get(f"{arch}.logit_scale"))
 
 
-def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
+def config_from_hf(cfg: Mapping[str, Any], source: str, arch: str = ARCH) -> ModelConfig:
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
-        raise ConfigError(f"{source}: attention_bias / mlp_bias are not supported for granite")
+        raise ConfigError(f"{source}: attention_bias / mlp_bias are not supported for {arch}")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"{source}: hidden_act {cfg['hidden_act']!r} is not supported (silu)")
-    base = hf_base(cfg, ARCH, source)
+    base = hf_base(cfg, arch, source)
     return _with_multipliers(ModelConfig(**base), embedding=hf_field(cfg, "embedding_multiplier", source, 1.0),
                              residual=hf_field(cfg, "residual_multiplier", source, 1.0),
                              attention=hf_field(cfg, "attention_multiplier", source, 1.0),

@@ -37,22 +37,34 @@ HF_EXPERT = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|dow
 
 
 def config_from_gguf(meta: Mapping[str, Any], tensors: Mapping[str, Tensor], source: str) -> ModelConfig:
+    return ModelConfig(**gguf_base(meta, ARCH, source), qk_norm=True, tie_embeddings=untie_gguf(tensors),
+                       **gguf_experts(meta, tensors, ARCH, source))
+
+
+def gguf_experts(meta: Mapping[str, Any], tensors: Mapping[str, Tensor], arch: str, source: str,
+                 expert_ffn_dim: int | None = None, weights_norm: bool = True) -> dict[str, Any]:
+    """The ModelConfig expert fields of a GGUF that stores its experts as Qwen3-MoE's (also OLMoE, GraniteMoE),
+    after the checks they share: no shared experts, softmax gating. expert_ffn_dim: the experts' width for a
+    family whose converter writes no `expert_feed_forward_length` (llama.cpp sizes them by
+    feed_forward_length); weights_norm: whether llama.cpp renormalises the top-k weights for the family, which
+    a file's `{arch}.expert_weights_norm` overrides."""
+
     def get(key: str, default: Any = None) -> Any:
-        return meta.get(f"{ARCH}.{key}", default)
+        return meta.get(f"{arch}.{key}", default)
 
     if get("expert_shared_count", 0) or get("expert_shared_feed_forward_length", 0) or \
             any(name.endswith("_shexp.weight") for name in tensors):
-        raise ConfigError(f"{source}: qwen3moe with shared experts is not supported")
+        raise ConfigError(f"{source}: {arch} with shared experts is not supported")
     if get("expert_gating_func", GATING_SOFTMAX) != GATING_SOFTMAX:
-        raise ConfigError(f"{source}: '{ARCH}.expert_gating_func' = {get('expert_gating_func')} is not supported "
+        raise ConfigError(f"{source}: '{arch}.expert_gating_func' = {get('expert_gating_func')} is not supported "
                           f"(softmax, {GATING_SOFTMAX})")
-    missing = [k for k in ("expert_count", "expert_used_count", "expert_feed_forward_length") if get(k) is None]
+    keys = ("expert_count", "expert_used_count") + (("expert_feed_forward_length",) if expert_ffn_dim is None else ())
+    missing = [k for k in keys if get(k) is None]
     if missing:
-        raise ConfigError(f"{source}: missing GGUF metadata key '{ARCH}.{missing[0]}'")
-    return ModelConfig(**gguf_base(meta, ARCH, source), qk_norm=True, tie_embeddings=untie_gguf(tensors),
-                       n_experts=int(get("expert_count")), n_experts_used=int(get("expert_used_count")),
-                       expert_ffn_dim=int(get("expert_feed_forward_length")),
-                       expert_weights_norm=bool(get("expert_weights_norm", True)))
+        raise ConfigError(f"{source}: missing GGUF metadata key '{arch}.{missing[0]}'")
+    return dict(n_experts=int(get("expert_count")), n_experts_used=int(get("expert_used_count")),
+                expert_ffn_dim=int(get("expert_feed_forward_length") if expert_ffn_dim is None else expert_ffn_dim),
+                expert_weights_norm=bool(get("expert_weights_norm", weights_norm)))
 
 
 def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
