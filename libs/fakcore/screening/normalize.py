@@ -308,6 +308,22 @@ def _zw_in_word(text: str) -> list[re.Match[str]]:
     return out
 
 
+def _lines_around(text: str, matches: list[re.Match[str]]) -> str:
+    """The lines holding the matches, with one line either side, in order and each once."""
+    pieces: list[tuple[int, int]] = []
+    for m in matches:
+        end_before = text.rfind("\n", 0, m.start())  # the newline that ends the line before
+        a = 0 if end_before < 0 else text.rfind("\n", 0, end_before) + 1
+        end = text.find("\n", m.end())
+        b = text.find("\n", end + 1) if end >= 0 else -1  # the newline that ends the line after
+        b = len(text) if b < 0 else b
+        if pieces and a <= pieces[-1][1]:
+            pieces[-1] = (pieces[-1][0], max(b, pieces[-1][1]))
+        else:
+            pieces.append((a, b))
+    return "\n".join(text[a:b] for a, b in pieces)
+
+
 def _hidden_characters(text: str, origin: list[int], signals: list[Signal], layers: list[tuple[str, str]],
                        layer_spans: list[tuple[int, int]]) -> tuple[str, list[int]]:
     """Tag characters and variation-selector runs taken out (as layers), zero-width, bidi and joiner
@@ -342,8 +358,9 @@ def _hidden_characters(text: str, origin: list[int], signals: list[Signal], laye
     if len(zw) >= 3:
         span = (origin[zw[0].start()], origin[zw[-1].end()])
         signals.append(Signal("zero_width_text", 0.9, "zero-width characters split words (hides them from people and filters)", span))
-        # they may stand for the spaces ("ignore\u200ball\u200bprevious"): read them as spaces too
-        layers.append(("zero_width", unicodedata.normalize("NFKC", _INVISIBLE.sub("", _ZW_SPACE.sub(" ", text)))))
+        # they may stand for the spaces ("ignore\u200ball\u200bprevious"): read them as spaces too, on the
+        # lines that have them (and the line either side); the rest reads as the text does, screened already
+        layers.append(("zero_width", unicodedata.normalize("NFKC", _INVISIBLE.sub("", _ZW_SPACE.sub(" ", _lines_around(text, zw))))))
         layer_spans.append(span)
     if bidi := _BIDI_RE.search(text):
         signals.append(Signal("bidi_override", 0.6, "bidirectional override characters reorder what a person sees",
