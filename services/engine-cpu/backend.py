@@ -39,6 +39,7 @@ ACTIVATIONS = ("auto", "f32", "int8")
 log = logging.getLogger("fak.engine-cpu")
 _NO_OFFSETS = np.zeros((0, 0), np.float32)  # what an int8 kernel of a type without offsets gets (and ignores)
 _NO_BIAS = np.zeros((0, 0), np.float32)  # what the layernorm kernel gets for a norm without bias
+_NO_ALIBI = np.zeros(0, np.float32)  # what the attention kernel gets without ALiBi
 
 
 @dataclass
@@ -154,6 +155,7 @@ class NumbaBackend:
     device = "cpu"
     batch_invariant = True
     rope_features = frozenset({"partial", "attention_factor"})  # fakcore/engine/backend.py; RopeTable, kernels.rope
+    attention_features = frozenset({"alibi", "sinks"})  # kernels._attend
     isa = ""  # the int8 path's instructions ("avx512-vnni" | "avx2"); empty for f32 activations
 
     def __init__(self, threads: int = 0, activations: str = "f32", isa: str = ""):
@@ -330,7 +332,7 @@ class NumbaBackend:
         return out
 
     def attention(self, q, k_pre, k, v, segments: list[Segment], layer: int, window: int, scale: float,
-                  softcap: float) -> np.ndarray:
+                  softcap: float, alibi: np.ndarray | None = None, sinks: np.ndarray | None = None) -> np.ndarray:
         """Every segment's rows in one kernel call: the kernel stores them in their caches and attends."""
         lines = []
         for seg in segments:
@@ -341,12 +343,19 @@ class NumbaBackend:
             lines.append((*cache.addresses, cache.length, seg.rows.start, seg.rows.stop))
         out = np.empty_like(q)
         self.k.attention(q, k_pre, k, v, np.array(lines, np.int64), layer, int(window), np.float32(scale),
-                         np.float32(softcap), out)
+                         np.float32(softcap), _NO_ALIBI if alibi is None else np.ascontiguousarray(alibi, np.float32),
+                         _NO_ALIBI if sinks is None else np.ascontiguousarray(sinks, np.float32), out)
         return out
 
     def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
         out = np.empty_like(gate)
         (self.k.gated_silu if act == "silu" else self.k.gated_gelu_tanh)(gate, up, out)
+        return out
+
+    def swiglu_oai(self, gate: np.ndarray, up: np.ndarray, alpha: float, limit: float) -> np.ndarray:
+        """gpt-oss's clamped SwiGLU (kernels.swiglu_oai), elementwise: batch-invariant."""
+        out = np.empty_like(gate)
+        self.k.swiglu_oai(np.ascontiguousarray(gate), np.ascontiguousarray(up), np.float32(alpha), np.float32(limit), out)
         return out
 
     def activation(self, x: np.ndarray, act: str) -> np.ndarray:
@@ -357,6 +366,9 @@ class NumbaBackend:
 
     def add(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return x + y
+
+    def clamp(self, x: np.ndarray, c: float) -> np.ndarray:
+        return np.clip(x, np.float32(-c), np.float32(c))
 
     def scale(self, x: np.ndarray, s: float) -> np.ndarray:
         return x * np.float32(s)

@@ -413,6 +413,17 @@ def gated_gelu_tanh(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
             on[k] = g / (np.float32(1.0) + _exp(-c * (g + np.float32(0.044715) * g * g * g))) * un[k]
 
 
+@njit(fastmath=FAST, error_model="numpy", cache=True)  # numpy division: no zero check, so it vectorizes
+def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: np.float32, limit: np.float32, out: np.ndarray) -> None:
+    """gpt-oss's experts: g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) * g * sigmoid(alpha g)."""
+    for n in range(gate.shape[0]):
+        gn, un, on = gate[n], up[n], out[n]  # row views: the loop vectorizes
+        for k in range(gn.shape[0]):
+            g = min(gn[k], limit)
+            u = min(max(un[k], -limit), limit)
+            on[k] = (u + np.float32(1.0)) * (g / (np.float32(1.0) + _exp(-alpha * g)))
+
+
 @njit(fastmath=FAST, cache=True)
 def gelu(x: np.ndarray, out: np.ndarray) -> None:
     """Exact GELU, 0.5 x (1 + erf(x / sqrt 2)), as torch's default (GPT-NeoX's plain MLP); x, out (N, D)."""
@@ -464,13 +475,16 @@ def _layer_of(address: int, layer: int, a: int, b: int, c: int) -> np.ndarray:
 
 @njit(fastmath=FAST, inline="always", cache=True)
 def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, pos: int, kvh: int, window: int,
-            scale: np.float32, softcap: np.float32, out: np.ndarray) -> None:
+            scale: np.float32, softcap: np.float32, slopes: np.ndarray, sinks: np.ndarray, out: np.ndarray) -> None:
     """One query (H, D) at position `pos`, key/value head kvh's whole query group, against keys_t (Hkv, D, S)
     (keys transposed: one row per feature) and values (Hkv, S, D) -> out (H, D) for that group's heads.
 
     Every key and value row is read once for the group. Per query head: scores over its visible keys,
     accumulated feature by feature with each key in its own lane (no cross-key reduction), a max-subtracted
-    softmax, then the weighted sum of value rows in position order. Nothing depends on the rest of the batch."""
+    softmax, then the weighted sum of value rows in position order. Nothing depends on the rest of the batch.
+    slopes (H,): ALiBi, head h's scores + slopes[h] * (j - pos) after the scale; empty: none.
+    sinks (H,): gpt-oss's attention sinks, head h's logit sinks[h] joins the max and the denominator (no value);
+    empty: none."""
     H, D = q.shape
     G = H // keys_t.shape[0]
     lo = 0
@@ -507,9 +521,17 @@ def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, pos: int, kvh
         else:
             for j in range(count):
                 srow[j] = srow[j] * scale
+        if slopes.shape[0] > 0:
+            m = slopes[kvh * G + g]
+            for j in range(count):
+                srow[j] = srow[j] + m * np.float32(lo + j - pos)
         for j in range(count):
             best = max(best, srow[j])
         total = np.float32(0.0)
+        if sinks.shape[0] > 0:
+            sink = sinks[kvh * G + g]
+            best = max(best, sink)
+            total = _exp(sink - best)
         for j in range(count):  # _exp, not np.exp (a scalar libm call): this loop vectorizes
             e = _exp(srow[j] - best)
             srow[j] = e
@@ -543,11 +565,13 @@ def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, pos: int, kvh
 
 @njit(parallel=True, fastmath=FAST, cache=True)
 def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, caches: np.ndarray, layer: int,
-              window: int, scale: np.float32, softcap: np.float32, out: np.ndarray) -> None:
+              window: int, scale: np.float32, softcap: np.float32, slopes: np.ndarray, sinks: np.ndarray,
+              out: np.ndarray) -> None:
     """q (T, H, D) and the new k_pre, k, v (T, Hkv, D) of a batch; caches (C, CACHE_FIELDS), one line per
     segment: its cache's arrays k, v, k_pre (L, Hkv, S, D) and kt (L, Hkv, D, S) by address, S, the cache's
     length before this call and the segment's rows [first, stop). Row t of segment c is at position
     length + t - first. Stores the new rows in layer `layer` of their caches, then -> out (T, H, D).
+    slopes: (H,) float32 ALiBi slopes, or empty for none (_attend).
 
     One job per (row, key/value head); the rows of a prefill see the keys stored before them (window
     permitting), a decode row its whole cache."""
@@ -581,7 +605,8 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
         cap = caches[c, 4]
         keys_t = _layer_of(caches[c, 3], layer, Hkv, D, cap)
         values = _layer_of(caches[c, 1], layer, Hkv, cap, D)
-        _attend(q[t], keys_t, values, caches[c, 5] + t - caches[c, 6], kvh, window, scale, softcap, out[t])
+        _attend(q[t], keys_t, values, caches[c, 5] + t - caches[c, 6], kvh, window, scale, softcap, slopes, sinks,
+                out[t])
 
 
 @njit(parallel=True, cache=True)

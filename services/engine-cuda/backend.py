@@ -140,6 +140,7 @@ class CudaRopeTable:
 class CudaBackend:
     name = "cuda"
     batch_invariant = True
+    attention_features = frozenset({"alibi"})  # fakcore/engine/backend.py; kernels.attention
 
     def __init__(self, device: int = 0, lanes: int = 32, max_grid: int = 0):
         """device: the GPU's index among those visible; lanes: threads per dot product (a power of two up to
@@ -160,6 +161,8 @@ class CudaBackend:
         self.f16 = cuda.to_device(kernels.F16_TABLE)
         self.bf16 = cuda.to_device(kernels.BF16_TABLE)
         self._none = cuda.device_array(1, np.float32)  # the bias of a linear without one
+        self._no_alibi = cuda.device_array(0, np.float32)  # the slopes of attention without ALiBi
+        self._alibi: dict[bytes, Any] = {}  # ALiBi slopes on the device, by their host bytes
         self._scratch = cuda.device_array(0, np.float32)  # attention scores, grown on demand
         self._resident: dict[tuple, tuple[Any, DeviceMatrix]] = {}  # embeddings, for a tied LM head
         self._sampler = None  # sampler.DeviceSampler, made at the first `sample`
@@ -289,11 +292,17 @@ class CudaBackend:
         return self.to_host(self.rope(self.cuda.to_device(np.ascontiguousarray(x, dtype=np.float32)), positions, table))
 
     def attention(self, q, k_pre, k, v, segments: list[Segment], layer: int, window: int, scale: float,
-                  softcap: float) -> Any:
+                  softcap: float, alibi: np.ndarray | None = None) -> Any:
         """Per segment: its new rows into its cache (device and host), then one launch of (rows, heads) blocks."""
         n_tok, n_heads, dim = q.shape
         out = self.cuda.device_array(q.shape, np.float32)
         host = [a.copy_to_host() for a in (k_pre, k, v)]  # the host mirror's new rows, one copy per layer
+        slopes = self._no_alibi
+        if alibi is not None:
+            key = np.ascontiguousarray(alibi, np.float32).tobytes()
+            if key not in self._alibi:
+                self._alibi[key] = self.cuda.to_device(np.frombuffer(key, np.float32))
+            slopes = self._alibi[key]
         for seg in segments:
             cache: CudaKVCache = seg.cache
             if cache.shape[1:] != k.shape[1:] or layer >= cache.shape[0]:
@@ -306,7 +315,7 @@ class CudaBackend:
             scores = self._scores(n * n_heads * (start + n)).reshape(n, n_heads, start + n)
             self.k.attention[(self._g(n), self._g(n_heads)), (self.lanes,)](
                 q, seg.rows.start, n, cache.dk, cache.dv, layer, start, int(window), np.float32(scale),
-                np.float32(softcap), scores, out)
+                np.float32(softcap), slopes, scores, out)
         return out
 
     def _scores(self, size: int) -> Any:

@@ -355,8 +355,9 @@ def store_kv(k, v, row0, n, kc, vc, layer, start):
 
 
 @cuda.jit
-def attention(q, row0, n, kc, vc, layer, start, window, scale, softcap, scores, out):
+def attention(q, row0, n, kc, vc, layer, start, window, scale, softcap, slopes, scores, out):
     """Causal (optionally windowed, soft-capped) attention of one segment's n new rows over its cache.
+    slopes (H,): ALiBi, head h's score of key j + slopes[h] * (j - pos) after the scale; empty: none.
 
     Work item (i, h), grid-stride over (n, H): query row row0 + i (position start + i), head h, over keys
     lo…pos of kv head h // group. `scores` (n, H, S) is scratch. The order of every sum depends on pos and
@@ -380,6 +381,8 @@ def attention(q, row0, n, kc, vc, layer, start, window, scale, softcap, scores, 
                 s = s * scale
                 if softcap > 0:
                     s = math.tanh(s / softcap) * softcap
+                if slopes.shape[0] > 0:
+                    s += slopes[h] * float32(j - pos)
                 scores[i, h, j] = s
                 if s > m:
                     m = s

@@ -47,7 +47,7 @@ def signatures(k, sampler) -> dict:
         "rmsnorm": (k.rmsnorm, (m32, v32, f32, m32)),
         "rope": (k.rope, (x3, ids, m32, m32, x3)),
         "store_kv": (k.store_kv, (x3, x3, i64, i64, c4, c4, i64, i64)),
-        "attention": (k.attention, (x3, i64, i64, c4, c4, i64, i64, i64, f32, f32, x3, x3)),
+        "attention": (k.attention, (x3, i64, i64, c4, c4, i64, i64, i64, f32, f32, v32, x3, x3)),
         "gated_silu": (k.gated_silu, (v32, v32, v32)),
         "gated_gelu_tanh": (k.gated_gelu_tanh, (v32, v32, v32)),
         "add_into": (k.add_into, (v32, v32, v32)),

@@ -7,12 +7,14 @@ stacked per layer into `ffn_*_exps` (Qwen2MoeModel / OlmoeModel.modify_tensors),
 into `ffn_gate_exps` / `ffn_up_exps` (GraniteMoeModel.modify_tensors), GPT-NeoX's per-head qkv rows regrouped into
 [q; k; v] (GPTNeoXModel.modify_tensors), StableLM's per-head q/k norms stacked (StableLMModel._stack_qk_norm),
 Phi-3's longrope factor tensors (Phi3MiniModel.generate_extra_tensors), Falcon's qkv rows regrouped from kv groups
-into [q; k; v] (FalconModel.modify_tensors), norms, biases and the MoE router kept
+into [q; k; v] (FalconModel.modify_tensors), MPT's config.json names read and its ALiBi / clamp keys written
+(MPTModel.set_gguf_parameters), norms, biases and the MoE router kept
 F32, metadata keys as its TextModel / LlamaModel / Gemma2Model / Gemma3Model / GPTNeoXModel / StableLMModel /
 Phi3MiniModel / GraniteModel / OlmoeModel write them). Deliberate deviations: a Mistral file also gets
 `llama.attention.sliding_window`, which the converter drops; the partial rotary factor is read from
 transformers 5's `rope_parameters` where the converters read `rotary_pct` / `partial_rotary_factor` at the top
-level of config.json (rotary_factor); a multi-query Falcon gets one key/value head (falcon_kv_heads).
+level of config.json (rotary_factor); a multi-query Falcon gets one key/value head (falcon_kv_heads); transformers'
+MPT is made to build its ALiBi with the config's alibi_bias_max, as the original and llama.cpp do (mpt_alibi_bias_max).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ NEOX_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_fact
 MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
            rope_parameters={"rope_type": "default", "rope_theta": 1e6})
 FALCON_UNSET = ("head_dim", "intermediate_size", "num_key_value_heads", "rms_norm_eps")  # Falcon's own names below
+MPT_UNSET = FALCON_UNSET + ("max_position_embeddings",)  # MptConfig: max_seq_len, 4 * d_model, no grouped query
 FAMILIES: dict[str, Family] = {
     # tied head, Llama-3 RoPE scaling with low, medium and high frequency bands at head_dim 16
     "llama": Family("llama", "llama", dict(num_hidden_layers=3, tie_word_embeddings=True, rope_parameters=LLAMA3_ROPE)),
@@ -186,6 +189,35 @@ FAMILIES: dict[str, Family] = {
     "llama-dynamic": Family("llama", "llama", dict(num_hidden_layers=2, tie_word_embeddings=True, max_position_embeddings=64,
                                                    rope_parameters={"rope_type": "dynamic", "factor": 4.0,
                                                                     "rope_theta": 10000.0})),
+    # MPT: ALiBi (no RoPE), LayerNorms without bias, fused Wqkv, a plain GELU MLP of 4 * d_model. 4 heads: the
+    # power-of-two slopes 2^-2, 2^-4, 2^-6, 2^-8 (alibi_bias_max 8), a tied head
+    "mpt": Family("mpt", "mpt", dict(num_hidden_layers=3, max_seq_len=256, tie_word_embeddings=True), unset=MPT_UNSET),
+    # 6 heads: the non-power-of-two slope rule (4 heads' slopes, then the odd steps of 8's), alibi_bias_max 4,
+    # clip_qkv 1.5 (about a third of the projections' outputs clamped), an untied head
+    "mpt-6heads": Family("mpt", "mpt", dict(num_hidden_layers=2, hidden_size=96, num_attention_heads=6, max_seq_len=256,
+                                            tie_word_embeddings=False, attn_config={"alibi_bias_max": 4, "clip_qkv": 1.5}),
+                         unset=MPT_UNSET),
+    # 5 heads and a softmax_scale, which llama.cpp does not keep (its MPT scales by 1/sqrt(head_dim)): safetensors only
+    "mpt-softmax-scale": Family("mpt", "mpt", dict(num_hidden_layers=2, hidden_size=80, num_attention_heads=5,
+                                                   max_seq_len=256, attn_config={"softmax_scale": 0.2}),
+                                gguf_ok=False, unset=MPT_UNSET),
+    # gpt-oss: 4 experts of width 32 with biases, top 2 (softmax over the chosen logits), the clamped SwiGLU,
+    # attention sinks, q/k/v/o biases, sliding (window 8) and full layers alternating, YaRN the converter writes
+    # (no truncate key: the rounded ramp llama.cpp uses); every expert bias moved off zero (build_hf_model)
+    "gpt_oss": Family("gpt_oss", "gpt-oss", dict(num_hidden_layers=4, tie_word_embeddings=False, num_local_experts=4,
+                                                 num_experts_per_tok=2, intermediate_size=32, sliding_window=8,
+                                                 layer_types=["sliding_attention", "full_attention"] * 2,
+                                                 attention_bias=True, rope_parameters={
+                                                     "rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                                     "original_max_position_embeddings": 64})),
+    # the SwiGLU's clamps biting (limit 1.5: about a fifth of the gates and two fifths of the ups clamped) and another
+    # alpha, a tied head, the default layer_types (even layers sliding): llama.cpp fixes alpha 1.702 and limit 7 (a
+    # GGUF records neither), so safetensors only
+    "gpt_oss-clamped": Family("gpt_oss", "gpt-oss", dict(num_hidden_layers=2, tie_word_embeddings=True,
+                                                         num_local_experts=4, num_experts_per_tok=2, intermediate_size=32,
+                                                         sliding_window=8, swiglu_limit=1.5, swiglu_alpha=1.2,
+                                                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+                              gguf_ok=False),
 }
 FORMATS = ("safetensors", "gguf-f32", "gguf-f16", "gguf-q8_0")
 ROUNDING = {"safetensors": "F32", "gguf-f32": "F32", "gguf-f16": "F16", "gguf-q8_0": "Q8_0"}
@@ -206,15 +238,31 @@ def build_hf_model(name: str, matrix_qtype: str = "F32", seed: int = 0) -> torch
     # eager experts: HuggingFace's loop over experts, the textbook order (the default is a grouped matmul)
     moe = {"experts_implementation": "eager"} if {"num_experts", "num_local_experts"} & set(fam.config) else {}
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32, **moe).eval()
+    if fam.model_type == "mpt":
+        mpt_alibi_bias_max(model)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for pname, p in model.named_parameters():
-            if p.ndim == 1:  # norm gains and biases
+            if p.ndim == 1 or pname.endswith("_proj_bias"):  # norm gains and biases (gpt-oss: per expert, 2-D)
                 p.add_(0.3 * torch.randn(p.shape, generator=gen))
             elif matrix_qtype != "F32":
-                values = Tensor.from_array(pname, p.numpy(), matrix_qtype).dequantize()
-                p.copy_(torch.from_numpy(np.array(values)))
+                # gpt-oss's experts multiply from the right: GGUF quantizes their transpose (GptOssModel.modify_tensors)
+                right = fam.model_type == "gpt_oss" and pname.endswith(("experts.gate_up_proj", "experts.down_proj"))
+                w = p.numpy().swapaxes(-1, -2) if right else p.numpy()
+                values = np.array(Tensor.from_array(pname, np.ascontiguousarray(w), matrix_qtype).dequantize())
+                p.copy_(torch.from_numpy(np.ascontiguousarray(values.swapaxes(-1, -2) if right else values)))
     return model
+
+
+def mpt_alibi_bias_max(model: torch.nn.Module) -> None:
+    """A deviation: transformers' MptModel builds its ALiBi with alibi_bias_max 8 whatever attn_config says; the
+    original MPT (llm-foundry's build_alibi_bias) and llama.cpp (max_alibi_bias) use the config's value, and so
+    does fak. The model is made to pass it to transformers' own build_mpt_alibi_tensor (a no-op at 8)."""
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    bias_max = model.config.attn_config.alibi_bias_max
+    model.transformer.build_mpt_alibi_tensor = (
+        lambda n_heads, length, alibi_bias_max=8, device=None: build_mpt_alibi_tensor(n_heads, length, bias_max, device))
 
 
 def hf_logits(model: torch.nn.Module, tokens: np.ndarray) -> np.ndarray:
@@ -330,6 +378,19 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         w.add_head_count(hp["num_attention_heads"])
         w.add_head_count_kv(falcon_kv_heads(hp))
         w.add_layer_norm_eps(hp["layer_norm_epsilon"])
+    elif arch == "mpt":  # MPTModel.set_gguf_parameters
+        attn = hp["attn_config"]
+        w.add_context_length(hp["max_seq_len"])
+        w.add_embedding_length(hp["d_model"])
+        w.add_block_count(hp["n_layers"])
+        w.add_feed_forward_length(4 * hp["d_model"])
+        w.add_head_count(hp["n_heads"])
+        if attn.get("kv_n_heads"):
+            w.add_head_count_kv(attn["kv_n_heads"])
+        w.add_layer_norm_eps(1e-5)
+        if attn["clip_qkv"] is not None:
+            w.add_clamp_kqv(attn["clip_qkv"])
+        w.add_max_alibi_bias(attn["alibi_bias_max"] if attn["alibi"] else 0.0)
     elif arch == "phi3":  # Phi3MiniModel.set_gguf_parameters
         w.add_context_length(hp["max_position_embeddings"])
         w.add_rope_scaling_orig_ctx_len(hp["original_max_position_embeddings"])
@@ -394,6 +455,9 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         w.add_expert_used_count(hp["num_experts_per_tok"])
     if arch == "qwen3moe":  # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
+    if arch == "gpt-oss":  # GptOssModel.set_gguf_parameters
+        w.add_sliding_window(hp["sliding_window"])
+        w.add_expert_feed_forward_length(hp["intermediate_size"])
     if arch == "gemma3":  # Gemma3Model.set_gguf_parameters
         if hp.get("final_logit_softcapping"):
             w.add_final_logit_softcapping(hp["final_logit_softcapping"])
@@ -419,6 +483,8 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
     fam = FAMILIES[name]
     hp = json.loads((hf_dir / "config.json").read_text())
     arch = fam.gguf_arch
+    if arch == "mpt":  # MptConfig's names, as the converter's find_hparam / block_count find them
+        hp |= {"hidden_size": hp["d_model"], "num_attention_heads": hp["n_heads"], "num_hidden_layers": hp["n_layers"]}
     arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
     names = gguf.get_tensor_name_map(arch_id, hp["num_hidden_layers"])
     n_head, n_kv = hp["num_attention_heads"], hp.get("num_key_value_heads")
@@ -438,6 +504,20 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
             qkv = data.reshape(kv, n_head // kv + 2, head_dim, head_dim * n_head)
             data = np.concatenate([qkv[:, :-2].reshape(n_head * head_dim, -1), qkv[:, [-2]].reshape(kv * head_dim, -1),
                                    qkv[:, [-1]].reshape(kv * head_dim, -1)])
+        if arch == "gpt-oss" and ".mlp.experts." in hf_name:  # GptOssModel.modify_tensors (not fused)
+            prefix, kind = hf_name.rsplit(".", 1)
+            if kind == "gate_up_proj":  # (E, dim, 2 ffn) -> (E, 2 ffn, dim), gate the even rows, up the odd
+                data = data.swapaxes(-1, -2)
+                parts = {"gate_proj.weight": data[:, ::2], "up_proj.weight": data[:, 1::2]}
+            elif kind == "gate_up_proj_bias":
+                parts = {"gate_proj.bias": data[..., ::2], "up_proj.bias": data[..., 1::2]}
+            else:  # down_proj (transposed), down_proj_bias
+                parts = {"down_proj.weight": data.swapaxes(-1, -2)} if kind == "down_proj" else {"down_proj.bias": data}
+            for suffix, part in parts.items():
+                tensors[names.get_name(f"{prefix}.{suffix}", try_suffixes=(".weight", ".bias"))] = part
+            continue
+        if arch == "gpt-oss" and hf_name.endswith(".sinks"):  # GptOssModel.filter_tensors
+            hf_name += ".weight"
         if ".mlp.experts." in hf_name:  # Qwen2MoeModel / OlmoeModel.modify_tensors: stacked below
             experts[hf_name] = data
             continue
@@ -497,7 +577,9 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
 def add_tensor(w: gguf.GGUFWriter, name: str, data: np.ndarray, qtype: str) -> None:
     data = np.ascontiguousarray(data, np.float32)
     # prepare_tensors: 1-D tensors, norms and the MoE router (FFN_GATE_INP) stay F32
-    if data.ndim <= 1 or name.endswith(("_norm.weight", "ffn_gate_inp.weight")) or qtype == "F32":
+    # (and every tensor not named .weight: gpt-oss's 2-D expert biases)
+    if data.ndim <= 1 or name.endswith(("_norm.weight", "ffn_gate_inp.weight")) or not name.endswith(".weight") or \
+            qtype == "F32":
         w.add_tensor(name, data)
     elif qtype == "F16":
         w.add_tensor(name, data.astype(np.float16))

@@ -8,7 +8,8 @@ same bits whatever else is in the call (engine/transformer.py, Transformer.moe).
 chunks of 16 and the suffix recomputed in chunks of 16; the fresh prefill runs in one call.
 
 On the numba backend (the engine's, batch-invariant) and on the rowwise twin of the reference backend; OLMoE
-(full-width q/k norms, top-k weights not renormalised) and GraniteMoE (fused experts, the multipliers) once each.
+(full-width q/k norms, top-k weights not renormalised) and GraniteMoE (fused experts, the multipliers) once each;
+gpt-oss (attention sinks, alternating windows, biased router and experts, the clamped SwiGLU) on both backends.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pytest
 from .eviction import assert_exact_eviction, transformer
 
 CASES = [("qwen3moe", "numba", "gguf-q8_0"), ("qwen3moe", "numba", "safetensors"), ("qwen3moe", "rowwise", "gguf-f32"),
-         ("olmoe", "numba", "gguf-q8_0"), ("granitemoe", "numba", "safetensors")]
+         ("olmoe", "numba", "gguf-q8_0"), ("granitemoe", "numba", "safetensors"),
+         ("gpt_oss", "numba", "gguf-q8_0"), ("gpt_oss", "numba", "safetensors"), ("gpt_oss", "rowwise", "gguf-f32")]
 
 
 @pytest.mark.parametrize(("name", "backend", "fmt"), CASES, ids=[f"{n}-{b}-{f}" for n, b, f in CASES])

@@ -1,4 +1,4 @@
-"""The ternary GGUF types (TQ1_0, TQ2_0) and MXFP4 end to end: a random Llama whose every matrix is stored in
+"""The ternary GGUF types (TQ1_0, TQ2_0) and MXFP4 end to end: a random Llama (and a gpt-oss) whose every matrix is stored in
 the type, loaded by fak from the GGUF file, against HuggingFace running the same rounded weights (claim 16's
 bounds), on the reference backend and on engine-cpu's fast path, where the weights stay resident as int8
 values with a scale per 32 (the resident form is checked too).
@@ -45,6 +45,18 @@ def test_lowbit_gguf_matches_huggingface(wide_llama, qtype, backend, tmp_path):
     ckpt = load_checkpoint(path)
     assert ckpt.tensors["blk.0.attn_q.weight"].qtype == qtype and ckpt.tensors["token_embd.weight"].qtype == qtype
     m = measure(f"llama-wide / {qtype} / {backend}", path, model, tokens_for(), backend=backend)
+    assert m.logits_max_abs <= LOGITS_BOUND
+    assert m.argmax_agree == m.positions == SEQ
+    assert m.cached_max_abs <= CACHED_BOUND
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_gpt_oss_with_mxfp4_matrices_matches_huggingface(wide_llama, backend, tmp_path):
+    """gpt-oss as its GGUFs ship it, experts in MXFP4 (here every matrix; its widths are multiples of 32)."""
+    model, path = export("gpt_oss", "gguf-mxfp4", tmp_path)
+    ckpt = load_checkpoint(path)
+    assert ckpt.tensors["blk.0.ffn_gate_exps.weight"].qtype == "MXFP4"
+    m = measure(f"gpt_oss / MXFP4 / {backend}", path, model, tokens_for(), backend=backend)
     assert m.logits_max_abs <= LOGITS_BOUND
     assert m.argmax_agree == m.positions == SEQ
     assert m.cached_max_abs <= CACHED_BOUND

@@ -5,7 +5,9 @@ argmax equal at every position, cached decode equal to full recompute within 5e-
 The six wave-1 families are proven on numba elsewhere (real checkpoints through tests/unit/enginecpu and
 tests/unit/kv); this file covers the families whose blocks are new: OLMo2's post-norm and full-width q/k
 norms, the routed experts of Qwen3-MoE, OLMoE and GraniteMoE, the classic decoders (GPT-NeoX, StableLM, Phi-3,
-Granite, Falcon) and the RoPE scalings (linear, YaRN, dynamic NTK) on Llama and Qwen2 blocks.
+Granite, Falcon), the RoPE scalings (linear, YaRN, dynamic NTK) on Llama and Qwen2 blocks, and MPT's ALiBi
+(the attention kernel's per-head position bias, power-of-two and other head counts) with clip_qkv, and gpt-oss
+(the attention kernel's sinks, the swiglu_oai kernel, biased router and experts).
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ import pytest
 from .support import FAMILIES, FORMATS, SEQ, export, measure, tokens_for
 from .test_parity_families import CACHED_BOUND, LOGITS_BOUND
 
-WAVE2 = ("olmo2", "qwen3moe", "qwen3moe-unnormed", "olmoe", "olmoe-normed", "granitemoe")
+WAVE2 = ("olmo2", "qwen3moe", "qwen3moe-unnormed", "olmoe", "olmoe-normed", "granitemoe", "gpt_oss",
+         "gpt_oss-clamped")
 # the classic decoders: LayerNorm, partial RoPE, parallel residuals, the plain GELU MLP, Granite's multipliers
 CLASSIC = ("gptneox", "gptneox-sequential", "gptneox-gelu-new", "stablelm", "stablelm-parallel", "phi3", "phi3-longrope",
            "granite", "falcon", "falcon-1ln", "falcon-7b", "falcon-sequential")
 # RoPE scaling: linear, YaRN (the attention factor on cos/sin), dynamic NTK within its context
 ROPE = ("llama-linear", "llama-yarn", "qwen2-yarn", "llama-yarn-mscale", "llama-dynamic")
-CASES = [(name, fmt) for name in WAVE2 + CLASSIC + ROPE if name in FAMILIES for fmt in FORMATS
+# ALiBi instead of RoPE: 4, 6 and 5 heads, clip_qkv, a softmax_scale
+ALIBI = ("mpt", "mpt-6heads", "mpt-softmax-scale")
+CASES = [(name, fmt) for name in WAVE2 + CLASSIC + ROPE + ALIBI if name in FAMILIES for fmt in FORMATS
          if fmt == "safetensors" or FAMILIES[name].gguf_ok]
 
 

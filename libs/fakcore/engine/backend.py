@@ -77,6 +77,15 @@ class Backend(Protocol):
     #   rope_features = {"partial",      `rope` with a table of rope_dim < head_dim rotates the leading
     #                                    rope_dim dims of each head (NEOX halves) and passes the rest;
     #                    "attention_factor"}  its tables multiply cos and sin by RopeScaling.attention_factor
+    #   clamp(x, c) -> Act               x clipped to [-c, c] elementwise (MPT's clip_qkv)
+    #   attention_features = {"alibi"}   `attention(…, alibi=slopes)` takes a (n_heads,) float32 array and adds
+    #                                    slopes[h] * (j - i) to head h's score of the key in slot j from the query
+    #                                    at slot i, after the scale (and softcap), before the softmax (ALiBi: the
+    #                                    model's q and k then carry no RoPE)
+    #                       "sinks"      `attention(…, sinks=logits)` takes a (n_heads,) float32 array: head h's
+    #                                    softmax gets one more logit, sinks[h], with no value (gpt-oss)
+    #   swiglu_oai(gate, up, alpha, limit) -> Act   gpt-oss's experts: g = min(gate, limit),
+    #                                    (clip(up, -limit, limit) + 1) * g * sigmoid(alpha * g)
 
     # Optional: sample(logits, rows, draws) -> (tokens, statuses): engine/sampling.Sampler's choice for rows
     # `rows` of logits the backend holds, from each row's sampling.Draw (the host's generator draws), so that

@@ -9,6 +9,12 @@ Modes:
            positions (KVCache.rerotate), no recompute. No position can attend to the span any more, but
            survivors' keys and values above layer 0 were computed while the span was visible and still carry
            its influence: the receipt says so and reports the measured deviation.
+
+Positions are cache slots: after a shift the survivors are numbered on without a gap, as a fresh prefill of them
+would be. A RoPE model's keys carry their position, hence the re-rotation. An ALiBi model's (MPT) carry none: its
+attention adds m_h * (j - i) from the slots' distance at every call, so once the gap is closed the survivors stand
+at their new positions with nothing to re-rotate (the model has no RoPE tables). Its layer-0 keys and values
+are then the fresh prefill's bit for bit, as re-rotated RoPE keys are.
 """
 
 from __future__ import annotations
@@ -71,7 +77,8 @@ def evict_cache(tf: Transformer, cache: KVCache, ranges: list[tuple[int, int]], 
     elif held:
         for b, e in reversed(held):
             cache.drop(b, e)
-        cache.rerotate(held[0][0], cache.length, tf.rope)
+        if tf.rope:  # ALiBi: no RoPE, nothing to re-rotate (see above)
+            cache.rerotate(held[0][0], cache.length, tf.rope)
     cache.spans = spans
     seconds = time.perf_counter() - t0
     receipt = KvEvicted(worker="", sequence="", blocks=blocks, spans=removed, mode=mode, tokens_before=n0,

@@ -43,6 +43,7 @@ class ReferenceBackend:
     device = "cpu"
     batch_invariant = False  # BLAS picks different kernels for different batch shapes
     rope_features = frozenset({"partial", "attention_factor"})  # see engine/backend.py
+    attention_features = frozenset({"alibi", "sinks"})
 
     # -- weights ---------------------------------------------------------------------------------------
     def matrix(self, t) -> np.ndarray:
@@ -92,7 +93,7 @@ class ReferenceBackend:
         return x * c + rotated * s
 
     def attention(self, q, k_pre, k, v, segments: list[Segment], layer: int, window: int, scale: float,
-                  softcap: float) -> np.ndarray:
+                  softcap: float, alibi: np.ndarray | None = None, sinks: np.ndarray | None = None) -> np.ndarray:
         out = np.empty_like(q)  # (T, H, D)
         for seg in segments:
             cache: KVCache = seg.cache
@@ -110,13 +111,21 @@ class ReferenceBackend:
                 scores = np.tanh(scores / np.float32(softcap)) * np.float32(softcap)
             qpos = np.arange(start, start + n)[:, None]
             kpos = np.arange(start + n)[None, :]
+            if alibi is not None:  # ALiBi: + m_h * (j - i), head h = kv head * group + g
+                scores = scores + alibi.reshape(n_kv, group, 1, 1) * (kpos - qpos).astype(np.float32)
             visible = kpos <= qpos
             if window:
                 visible &= (qpos - kpos) < window
             scores = np.where(visible, scores, np.float32(-np.inf))
-            scores = scores - scores.max(axis=-1, keepdims=True)
-            probs = np.exp(scores)
-            probs /= probs.sum(axis=-1, keepdims=True)
+            if sinks is not None:  # gpt-oss: a logit per head that joins the denominator and has no value
+                sink = sinks.reshape(n_kv, group, 1, 1).astype(np.float32)
+                best = np.maximum(scores.max(axis=-1, keepdims=True), sink)
+                probs = np.exp(scores - best)
+                probs /= probs.sum(axis=-1, keepdims=True) + np.exp(sink - best)
+            else:
+                scores = scores - scores.max(axis=-1, keepdims=True)
+                probs = np.exp(scores)
+                probs /= probs.sum(axis=-1, keepdims=True)
             o = probs @ vals[:, None]  # (Hkv, G, n, D)
             out[seg.rows] = o.transpose(2, 0, 1, 3).reshape(n, -1, qs.shape[-1])
         return out
@@ -128,6 +137,12 @@ class ReferenceBackend:
             a = np.float32(0.5) * gate * (np.float32(1.0) + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (gate + np.float32(0.044715) * gate**3)))
         return a * up
 
+    def swiglu_oai(self, gate: np.ndarray, up: np.ndarray, alpha: float, limit: float) -> np.ndarray:
+        """gpt-oss's experts: gate clamped above at limit, up to [-limit, limit], (up + 1) * gate * sigmoid(alpha * gate)."""
+        g = np.minimum(gate, np.float32(limit))
+        u = np.clip(up, np.float32(-limit), np.float32(limit))
+        return (u + np.float32(1.0)) * (g / (np.float32(1.0) + np.exp(-np.float32(alpha) * g)))
+
     def activation(self, x: np.ndarray, act: str) -> np.ndarray:
         if act == "gelu":  # erf, as torch's exact GELU
             return (np.float32(0.5) * x * (np.float32(1.0) + _erf(x / np.float32(np.sqrt(2.0))))).astype(np.float32)
@@ -135,6 +150,9 @@ class ReferenceBackend:
 
     def add(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return x + y
+
+    def clamp(self, x: np.ndarray, c: float) -> np.ndarray:
+        return np.clip(x, np.float32(-c), np.float32(c))
 
     def scale(self, x: np.ndarray, s: float) -> np.ndarray:
         return x * np.float32(s)

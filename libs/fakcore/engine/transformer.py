@@ -11,6 +11,15 @@ the leading `rope_dim` dims of each head only, and Granite's multipliers on bloc
 they need beyond the common ones (`layernorm`, `activation`, `scale`, a partial `rope`) are checked on the
 backend when the Transformer is built, so a backend without them fails there, by name, not mid-forward.
 
+MPT puts positions into attention instead of the keys: ALiBi (ModelConfig.alibi_max_bias) skips RoPE and hands
+the backend's `attention` each query head's slope (`alibi=`, ModelConfig.alibi_slopes); such a model has no
+RoPE tables (`Transformer.rope` is empty), so a shift eviction has no key to re-rotate. Its `clip_qkv` clamps
+the projections (`clamp`). Both are checked on the backend like the ops above.
+
+gpt-oss adds a learned logit per query head to each softmax's denominator (attention sinks: `attention(…,
+sinks=)`, backend feature "sinks"), biases on the router and on every expert, top-k before the softmax
+(ModelConfig.moe_topk_softmax) and its clamped SwiGLU (`swiglu_oai`); a backend without them fails at build.
+
 A mixture-of-experts MLP (ModelConfig.n_experts) keeps every expert as its own resident matrices (split from
 llama.cpp's stacked `ffn_*_exps` tensors, zero-copy), so it runs on any backend's `matrix` / `linear`. The
 router's top-k choice and the weighted sum of the experts' outputs are host arithmetic (numpy f32) on
@@ -40,6 +49,10 @@ class Expert:
     w_up: Any  # (expert_ffn_dim, dim)
     w_down: Any  # (dim, expert_ffn_dim)
     w_gate_up: Any = None  # (2*expert_ffn_dim, dim), replaces w_gate, w_up where the backend fuses
+    b_gate: Any = None  # (expert_ffn_dim,)  expert_bias (gpt-oss)
+    b_up: Any = None  # (expert_ffn_dim,)    expert_bias
+    b_down: Any = None  # (dim,)             expert_bias
+    b_gate_up: Any = None  # (2*expert_ffn_dim,) with w_gate_up and expert_bias
 
 
 @dataclass
@@ -71,6 +84,8 @@ class LayerWeights:
     bo: Any = None  # (dim,)                    attn_out_bias
     b_up: Any = None  # (ffn_dim,)              mlp_bias
     b_down: Any = None  # (dim,)                mlp_bias
+    sinks: Any = None  # (n_heads,) f32 host     attn_sinks (gpt-oss)
+    router_b: Any = None  # (n_experts,)        router_bias (gpt-oss)
 
 
 @dataclass
@@ -95,7 +110,12 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
         if not cfg.n_experts:
             return None
         gate, up, down = (split_experts(tensors[p + f"ffn_{n}_exps.weight"]) for n in ("gate", "up", "down"))
-        return [Expert(backend.matrix(g), backend.matrix(u), backend.matrix(d)) for g, u, d in zip(gate, up, down, strict=True)]
+        out = [Expert(backend.matrix(g), backend.matrix(u), backend.matrix(d)) for g, u, d in zip(gate, up, down, strict=True)]
+        if cfg.expert_bias:  # one (n_experts, width) tensor per kind: row e is expert e's bias
+            for kind in ("gate", "up", "down"):
+                for m, b in zip(out, split_experts(tensors[p + f"ffn_{kind}_exps.bias"]), strict=True):
+                    setattr(m, f"b_{kind}", backend.vector(b))
+        return out
 
     layers = []
     for i in range(cfg.n_layers):
@@ -113,6 +133,8 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
             q_norm=opt(p + "attn_q_norm.weight", "n"), k_norm=opt(p + "attn_k_norm.weight", "n"),
             post_attn_norm=opt(p + "post_attention_norm.weight", "n"), post_ffn_norm=opt(p + "post_ffw_norm.weight", "n"),
             router=opt(p + "ffn_gate_inp.weight", "m"), experts=experts(p),
+            router_b=opt(p + "ffn_gate_inp.bias", "b"),
+            sinks=tensors[p + "attn_sinks.weight"].dequantize().reshape(-1).astype(np.float32) if cfg.attn_sinks else None,
             attn_norm_b=opt(p + "attn_norm.bias", "b"), ffn_norm_b=opt(p + "ffn_norm.bias", "b"),
             bo=opt(p + "attn_output.bias", "b"), b_up=opt(p + "ffn_up.bias", "b"), b_down=opt(p + "ffn_down.bias", "b"),
         ))
@@ -128,6 +150,8 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
                 if m.w_gate is None:  # a plain MLP: nothing to fuse
                     continue
                 m.w_gate_up = fuse([m.w_gate, m.w_up])
+                if m.w_gate_up is not None and getattr(m, "b_gate", None) is not None:
+                    m.b_gate_up = np.concatenate([m.b_gate, m.b_up])
                 if m.w_gate_up is not None:
                     m.w_gate = m.w_up = None
     tok_embd = backend.embedding(tensors["token_embd.weight"])
@@ -151,8 +175,10 @@ class Transformer:
         self.cfg, self.w, self.be = cfg, weights, backend
         check_backend(cfg, backend)
         tables: dict[tuple[float, bool], Any] = {}
-        self.rope = []
-        for i in range(cfg.n_layers):
+        self.rope = []  # one table per layer; none with ALiBi (no RoPE)
+        # ALiBi: the (n_heads,) slopes the attention adds m_h * (j - i) with
+        self.alibi = np.asarray(cfg.alibi_slopes, np.float32) if cfg.alibi_max_bias else None
+        for i in range(cfg.n_layers if self.alibi is None else 0):
             theta = cfg.layer_rope_theta[i]
             # Gemma3 scales RoPE only on its global layers; local layers keep the plain base.
             scaled = not (cfg.layer_window[i] and cfg.rope_local_theta)
@@ -199,6 +225,8 @@ class Transformer:
                 q, k, v = qkv[:, :qd], qkv[:, qd:qd + kd], qkv[:, qd + kd:]
             else:
                 q, k, v = be.linear(h, L.wq, L.bq), be.linear(h, L.wk, L.bk), be.linear(h, L.wv, L.bv)
+            if cfg.clip_qkv:  # MPT: every projection clamped to [-clip, clip]
+                q, k, v = (be.clamp(t, cfg.clip_qkv) for t in (q, k, v))
             if cfg.qk_norm_full:  # OLMo2: one norm over all heads, before the split into heads
                 q, k = be.rmsnorm(q, L.q_norm, cfg.norm_eps), be.rmsnorm(k, L.k_norm, cfg.norm_eps)
             q = q.reshape(T, cfg.n_heads, cfg.head_dim)  # (T, H, D)
@@ -208,9 +236,14 @@ class Transformer:
                 q = self.norm(q, L.q_norm, None)
                 k = self.norm(k, L.k_norm, None)
             k_pre = k
-            q = be.rope(q, positions, self.rope[i])
-            k = be.rope(k, positions, self.rope[i])
-            a = be.attention(q, k_pre, k, v, segments, i, cfg.layer_window[i], cfg.scale, cfg.attn_softcap)  # (T, H, D)
+            if self.alibi is None:
+                q = be.rope(q, positions, self.rope[i])
+                k = be.rope(k, positions, self.rope[i])
+            positional = {} if self.alibi is None else {"alibi": self.alibi}  # ALiBi: the bias inside attention
+            if L.sinks is not None:  # gpt-oss: each head's sink logit in the softmax denominator
+                positional["sinks"] = L.sinks
+            a = be.attention(q, k_pre, k, v, segments, i, cfg.layer_window[i], cfg.scale, cfg.attn_softcap,
+                             **positional)  # (T, H, D)
             o = be.linear(a.reshape(T, cfg.n_heads * cfg.head_dim), L.wo, L.bo)  # (T, dim)
             if cfg.sandwich_norm or cfg.post_norm:
                 o = be.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
@@ -256,25 +289,40 @@ class Transformer:
             return be.linear(be.activation(be.linear(h, m.w_up, m.b_up), self.cfg.act), m.w_down, m.b_down)
         if m.w_gate_up is not None:
             width = self.cfg.expert_ffn_dim if isinstance(m, Expert) else self.cfg.ffn_dim
-            gu = be.linear(h, m.w_gate_up)  # (T, 2 * width)
+            gu = be.linear(h, m.w_gate_up, getattr(m, "b_gate_up", None))  # (T, 2 * width)
             gate, up = gu[:, :width], gu[:, width:]
         else:
-            gate, up = be.linear(h, m.w_gate), be.linear(h, m.w_up)
-        return be.linear(be.gated(gate, up, self.cfg.act), m.w_down)
+            gate, up = be.linear(h, m.w_gate, getattr(m, "b_gate", None)), be.linear(h, m.w_up, getattr(m, "b_up", None))
+        if self.cfg.act == "swiglu_oai":  # gpt-oss: clamped, (up + 1) * gate * sigmoid(alpha * gate)
+            act = be.swiglu_oai(gate, up, self.cfg.swiglu_alpha, self.cfg.swiglu_limit)
+        else:
+            act = be.gated(gate, up, self.cfg.act)
+        return be.linear(act, m.w_down, m.b_down)
 
     def moe(self, h: Any, L: LayerWeights) -> np.ndarray:
         """Sparse MoE, as HuggingFace's Qwen3-MoE block: softmax over the router's logits, the top k kept
         (renormalised to sum 1 with expert_weights_norm), each chosen expert's MLP on its tokens, the outputs
-        summed weighted. (T, dim) -> (T, dim) host array (see the module note)."""
+        summed weighted (gpt-oss, moe_topk_softmax: the top k logits first, a softmax over them). (T, dim) ->
+        (T, dim) host array (see the module note)."""
         cfg, be = self.cfg, self.be
-        logits = be.to_host(be.linear(h, L.router))  # (T, n_experts)
+        logits = be.to_host(be.linear(h, L.router, L.router_b))  # (T, n_experts)
+        if cfg.moe_topk_softmax:  # gpt-oss: the top k logits, then a softmax over those k
+            top = np.argsort(-logits, axis=-1, kind="stable")[:, :cfg.n_experts_used]  # (T, k), highest first
+            chosen = np.take_along_axis(logits, top, axis=-1)
+            weights = np.exp(chosen - chosen[:, :1])  # the first is the largest
+            return self.mix(h, L, top, weights / weights.sum(axis=-1, keepdims=True))
         probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
         probs /= probs.sum(axis=-1, keepdims=True)
         top = np.argsort(-probs, axis=-1, kind="stable")[:, :cfg.n_experts_used]  # (T, k), highest first
         weights = np.take_along_axis(probs, top, axis=-1)  # (T, k)
         if cfg.expert_weights_norm:
             weights /= weights.sum(axis=-1, keepdims=True)
-        out = np.zeros((len(logits), cfg.dim), np.float32)
+        return self.mix(h, L, top, weights)
+
+    def mix(self, h: Any, L: LayerWeights, top: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """sum_k weights[t, k] * expert top[t, k](h[t]): top, weights (T, k) -> (T, dim) host array."""
+        be = self.be
+        out = np.zeros((len(top), self.cfg.dim), np.float32)
         for e in np.unique(top):  # ascending: every token sums its experts in the same order
             rows, slot = np.nonzero(top == e)
             y = be.to_host(self.mlp(be.take_rows(h, rows), L.experts[e]))  # (len(rows), dim)
@@ -285,8 +333,14 @@ class Transformer:
 def check_backend(cfg: ModelConfig, backend: Backend) -> None:
     """The ops beyond the common ones that `cfg` needs, present on `backend` (else BackendError naming them)."""
     needs = {"layernorm": cfg.norm == "layer", "activation": not cfg.gated_mlp,
-             "scale": cfg.residual_scale != 1.0 or cfg.logit_scale != 1.0}
+             "scale": cfg.residual_scale != 1.0 or cfg.logit_scale != 1.0, "clamp": cfg.clip_qkv > 0}
     missing = [op for op, needed in needs.items() if needed and not hasattr(backend, op)]
+    if cfg.alibi_max_bias and "alibi" not in getattr(backend, "attention_features", frozenset()):
+        missing.append("alibi attention bias")
+    if cfg.attn_sinks and "sinks" not in getattr(backend, "attention_features", frozenset()):
+        missing.append("attention sinks (gpt-oss)")
+    if cfg.act == "swiglu_oai" and not hasattr(backend, "swiglu_oai"):
+        missing.append("swiglu_oai (gpt-oss's clamped SwiGLU experts)")
     features = getattr(backend, "rope_features", frozenset())
     if cfg.rotary_dim != cfg.head_dim and "partial" not in features:
         missing.append(f"partial rope (rope_dim {cfg.rotary_dim} of head_dim {cfg.head_dim})")

@@ -34,13 +34,13 @@ from fakcore.text.tokenizer import Tokenizer
 # GGUF `general.architecture` -> family module. Only names llama.cpp writes: Mistral files say "llama".
 GGUF_ARCHS = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gemma3",
               "olmo2": "olmo2", "qwen3moe": "qwen3moe", "gptneox": "gptneox", "stablelm": "stablelm",
-              "phi3": "phi3", "granite": "granite", "falcon": "falcon",
-              "olmoe": "olmoe", "granitemoe": "granitemoe"}
+              "phi3": "phi3", "granite": "granite", "falcon": "falcon", "mpt": "mpt",
+              "olmoe": "olmoe", "granitemoe": "granitemoe", "gpt-oss": "gpt_oss"}
 # HuggingFace `model_type` -> family module.
 HF_MODEL_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
                   "gemma3_text": "gemma3", "olmo2": "olmo2", "qwen3_moe": "qwen3moe", "gpt_neox": "gptneox",
-                  "stablelm": "stablelm", "phi3": "phi3", "granite": "granite", "falcon": "falcon",
-                  "olmoe": "olmoe", "granitemoe": "granitemoe"}
+                  "stablelm": "stablelm", "phi3": "phi3", "granite": "granite", "falcon": "falcon", "mpt": "mpt",
+                  "olmoe": "olmoe", "granitemoe": "granitemoe", "gpt_oss": "gpt_oss"}
 
 
 @dataclass

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 class ConfigError(ValueError):
     """A model's metadata does not describe an architecture fak can run (names the file and the field)."""
@@ -69,7 +71,7 @@ class ModelConfig:
     sandwich_norm: bool = False  # Gemma2/3: extra norms after attention and after the MLP
     post_norm: bool = False  # OLMo2: no norm before attention / MLP, one on each output (before the residual add)
     qk_norm_full: bool = False  # OLMo2: the q/k norms span all heads at once (n_heads*head_dim), not one head
-    act: str = "silu"  # MLP activation: gated "silu" | "gelu_tanh"; plain "gelu" (erf) | "gelu_tanh"
+    act: str = "silu"  # MLP activation: gated "silu" | "gelu_tanh" | "swiglu_oai" (gpt-oss); plain "gelu" (erf) | "gelu_tanh"
     embed_scale: float = 1.0  # Gemma: embeddings multiplied by sqrt(dim)
     attn_scale: float = 0.0  # softmax scale; 0: 1/sqrt(head_dim)
     attn_softcap: float = 0.0  # Gemma2: tanh cap on attention logits; 0: none
@@ -96,16 +98,28 @@ class ModelConfig:
     qk_norm_per_head: bool = False  # StableLM: each head of q and k has its own norm gains, (heads, head_dim)
     residual_scale: float = 1.0  # Granite: every block output (attention, MLP) multiplied before its residual add
     logit_scale: float = 1.0  # Granite: logits divided by it
+    # MPT: positions as ALiBi attention biases instead of RoPE. Head h adds m_h * (j - i) to the score of key j
+    # from query i (alibi_slopes); the distance is between cache slots, so it moves with them (engine/eviction.py)
+    alibi_max_bias: float = 0.0  # the slopes' scale (MPT's alibi_bias_max, GGUF max_alibi_bias); 0: no ALiBi, RoPE
+    clip_qkv: float = 0.0  # MPT: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection; 0: none
+    # gpt-oss: attention sinks and its own mixture of experts (models/gpt_oss.py)
+    attn_sinks: bool = False  # a learned logit per query head (attn_sinks.weight) joins each softmax's denominator
+    router_bias: bool = False  # the router has a bias (ffn_gate_inp.bias)
+    expert_bias: bool = False  # every expert's gate, up and down carry biases (ffn_{gate,up,down}_exps.bias)
+    moe_topk_softmax: bool = False  # top-k of the router's logits, then softmax over those k; False: softmax, top-k
+    swiglu_alpha: float = 1.702  # act "swiglu_oai": (clamp(up) + 1) * g * sigmoid(alpha * g), g = min(gate, limit)
+    swiglu_limit: float = 7.0  # act "swiglu_oai": gate clamped above at it, up to [-limit, limit]
     # derived in __post_init__
     layer_window: tuple[int, ...] = field(default=(), init=False)  # per layer: window size, 0 = global
     layer_rope_theta: tuple[float, ...] = field(default=(), init=False)  # per layer RoPE base
     scale: float = field(default=0.0, init=False)  # the softmax scale actually used
     rotary_dim: int = field(default=0, init=False)  # dims RoPE rotates: rope_dim, or head_dim
+    alibi_slopes: tuple[float, ...] = field(default=(), init=False)  # (n_heads,) with alibi_max_bias, else ()
 
     def __post_init__(self) -> None:
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(f"{self.arch}: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
-        acts = ("silu", "gelu_tanh") if self.gated_mlp else ("gelu", "gelu_tanh")
+        acts = ("silu", "gelu_tanh", "swiglu_oai") if self.gated_mlp else ("gelu", "gelu_tanh")
         if self.act not in acts:
             raise ConfigError(f"{self.arch}: activation {self.act!r} is not supported for a "
                               f"{'gated' if self.gated_mlp else 'plain'} MLP ({', '.join(acts)})")
@@ -119,12 +133,18 @@ class ModelConfig:
             raise ConfigError(f"{self.arch}: shared_ffn_norm needs parallel_residual")
         if self.parallel_residual and (self.post_norm or self.sandwich_norm or self.n_experts):
             raise ConfigError(f"{self.arch}: parallel_residual with post/sandwich norms or experts is not supported")
+        if (self.router_bias or self.expert_bias or self.moe_topk_softmax) and not self.n_experts:
+            raise ConfigError(f"{self.arch}: router_bias, expert_bias and moe_topk_softmax need experts")
+        if self.swiglu_limit <= 0:
+            raise ConfigError(f"{self.arch}: swiglu_limit {self.swiglu_limit} must be > 0")
         if self.n_experts and not self.gated_mlp:
             raise ConfigError(f"{self.arch}: experts are gated MLPs")
         if self.qk_norm_per_head and (not self.qk_norm or self.qk_norm_full):
             raise ConfigError(f"{self.arch}: qk_norm_per_head needs per-head qk_norm")
         if not 0 <= self.rope_dim <= self.head_dim or self.rope_dim % 2:
             raise ConfigError(f"{self.arch}: rope_dim {self.rope_dim} is not an even number of dims <= head_dim {self.head_dim}")
+        if self.alibi_max_bias < 0 or self.clip_qkv < 0:
+            raise ConfigError(f"{self.arch}: alibi_max_bias {self.alibi_max_bias} and clip_qkv {self.clip_qkv} must be >= 0")
         if self.residual_scale <= 0 or self.logit_scale <= 0:
             raise ConfigError(f"{self.arch}: residual_scale {self.residual_scale} and logit_scale {self.logit_scale} must be > 0")
         if self.n_experts and not 0 < self.n_experts_used <= self.n_experts:
@@ -141,8 +161,21 @@ class ModelConfig:
         object.__setattr__(self, "layer_rope_theta", thetas)
         object.__setattr__(self, "scale", self.attn_scale or 1.0 / math.sqrt(self.head_dim))
         object.__setattr__(self, "rotary_dim", self.rope_dim or self.head_dim)
+        slopes = alibi_slopes(self.n_heads, self.alibi_max_bias) if self.alibi_max_bias else ()
+        object.__setattr__(self, "alibi_slopes", slopes)
 
     @property
     def group(self) -> int:
         """Query heads per key/value head."""
         return self.n_heads // self.n_kv_heads
+
+
+def alibi_slopes(n_heads: int, max_bias: float) -> tuple[float, ...]:
+    """ALiBi's per-head slopes, float32 values. With n a power of two, head h (from 0) gets 2^(-max_bias (h+1) / n).
+    Otherwise the power of two p just below n gives heads 0..p-1 the slopes of p heads, and the rest the odd
+    steps of the 2p-head sequence, 2^(-max_bias (2k+1) / 2p). transformers' build_mpt_alibi_tensor (the sequence of
+    2^ceil(log2 n) heads, its odd entries first, then its even ones, cut at n) and ggml's soft_max max_bias rule
+    (m0^(h+1) below p, m1^(2(h-p)+1) from p on) are two spellings of this."""
+    p = 1 << int(math.floor(math.log2(n_heads)))
+    m0, m1 = 2.0 ** (-max_bias / p), 2.0 ** (-max_bias / 2.0 / p)
+    return tuple(float(np.float32(m0 ** (h + 1) if h < p else m1 ** (2 * (h - p) + 1))) for h in range(n_heads))

@@ -56,6 +56,13 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
             shapes |= {p + "attn_q_norm.weight": qn, p + "attn_k_norm.weight": kn}
         if cfg.sandwich_norm or cfg.post_norm:
             shapes |= {p + "post_attention_norm.weight": (cfg.dim,), p + "post_ffw_norm.weight": (cfg.dim,)}
+        if cfg.attn_sinks:
+            shapes[p + "attn_sinks.weight"] = (cfg.n_heads,)
+        if cfg.router_bias:
+            shapes[p + "ffn_gate_inp.bias"] = (cfg.n_experts,)
+        if cfg.expert_bias:
+            e, f = cfg.n_experts, cfg.expert_ffn_dim
+            shapes |= {p + "ffn_gate_exps.bias": (e, f), p + "ffn_up_exps.bias": (e, f), p + "ffn_down_exps.bias": (e, cfg.dim)}
     return shapes
 
 

@@ -31,7 +31,7 @@ class RowwiseBackend(ReferenceBackend):
             out[i] = row / np.sqrt(np.mean(row * row, dtype=np.float32) + np.float32(eps)) * w
         return out.reshape(x.shape)
 
-    def attention(self, q, k_pre, k, v, segments, layer, window, scale, softcap):
+    def attention(self, q, k_pre, k, v, segments, layer, window, scale, softcap, alibi=None, sinks=None):
         out = np.empty_like(q)  # (T, H, D)
         for seg in segments:
             cache = seg.cache
@@ -49,8 +49,15 @@ class RowwiseBackend(ReferenceBackend):
                     s = (keys @ np.ascontiguousarray(q[seg.rows.start + i, h])) * np.float32(scale)
                     if softcap:
                         s = np.tanh(s / np.float32(softcap)) * np.float32(softcap)
-                    p = np.exp(s - s.max())
-                    p /= p.sum()
+                    if alibi is not None:  # + m_h * (j - pos)
+                        s = s + alibi[h] * np.arange(lo - pos, 1).astype(np.float32)
+                    if sinks is not None:  # gpt-oss: the head's sink logit joins the denominator only
+                        best = max(s.max(), np.float32(sinks[h]))
+                        p = np.exp(s - best)
+                        p /= p.sum() + np.exp(np.float32(sinks[h]) - best)
+                    else:
+                        p = np.exp(s - s.max())
+                        p /= p.sum()
                     out[seg.rows.start + i, h] = p @ vals
         return out
 
