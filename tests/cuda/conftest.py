@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import traceback
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +34,35 @@ MISMATCH = "" if _mode == SIMULATED else (
     f"numba.cuda was imported {'with' if _mode else 'without'} the simulator before tests/cuda set "
     f"NUMBA_ENABLE_CUDASIM={os.environ['NUMBA_ENABLE_CUDASIM']}{' (by an earlier import)' if _imported_before else ''}: "
     "run `NUMBA_ENABLE_CUDASIM=1 pytest tests/cuda` on its own")
+
+
+if SIMULATED and _mode:
+    # The simulator hands each thread of a block the block's shared array by looking it up, and making it when
+    # missing, without a lock (numba/cuda/simulator/kernelapi.py FakeCUDAShared.array): two threads that both
+    # miss make two arrays, each then reduces over its own, and a kernel gives wrong, load-dependent bits
+    # (seen as rare failures of bit-for-bit tests in the full run). The same lookup, under a lock; the caller
+    # is still the frame that asks (this function replaces the method, adding no frame).
+    import numpy as np
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    _SHARED_LOCK = threading.Lock()
+    _unlocked_array = kernelapi.FakeCUDAShared.array
+
+    def _shared_array(self, shape, dtype):
+        if shape == 0:  # dynamic shared memory: one buffer, nothing to make
+            return _unlocked_array(self, shape, dtype)
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        caller = tuple(traceback.extract_stack(sys._getframe())[-2][0:2])
+        with _SHARED_LOCK:
+            res = self._allocations.get(caller)
+            if res is None:
+                res = self._allocations[caller] = np.empty(shape, dtype)
+        return res
+
+    kernelapi.FakeCUDAShared.array = _shared_array
 
 
 @pytest.fixture(autouse=True)
