@@ -83,6 +83,8 @@ class LayerWeights:
     ffn_norm_b: Any = None  # (dim,)            norm_bias
     bo: Any = None  # (dim,)                    attn_out_bias
     b_up: Any = None  # (ffn_dim,)              mlp_bias
+    b_gate: Any = None  # (ffn_dim,)            none for a dense MLP (the field an Expert's bias shares)
+    b_gate_up: Any = None  # (2*ffn_dim,)       none for a dense MLP
     b_down: Any = None  # (dim,)                mlp_bias
     sinks: Any = None  # (n_heads,) f32 host     attn_sinks (gpt-oss)
     router_b: Any = None  # (n_experts,)        router_bias (gpt-oss)
@@ -150,7 +152,7 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
                 if m.w_gate is None:  # a plain MLP: nothing to fuse
                     continue
                 m.w_gate_up = fuse([m.w_gate, m.w_up])
-                if m.w_gate_up is not None and getattr(m, "b_gate", None) is not None:
+                if m.w_gate_up is not None and m.b_gate is not None:
                     m.b_gate_up = np.concatenate([m.b_gate, m.b_up])
                 if m.w_gate_up is not None:
                     m.w_gate = m.w_up = None
@@ -289,10 +291,10 @@ class Transformer:
             return be.linear(be.activation(be.linear(h, m.w_up, m.b_up), self.cfg.act), m.w_down, m.b_down)
         if m.w_gate_up is not None:
             width = self.cfg.expert_ffn_dim if isinstance(m, Expert) else self.cfg.ffn_dim
-            gu = be.linear(h, m.w_gate_up, getattr(m, "b_gate_up", None))  # (T, 2 * width)
+            gu = be.linear(h, m.w_gate_up, m.b_gate_up)  # (T, 2 * width)
             gate, up = gu[:, :width], gu[:, width:]
         else:
-            gate, up = be.linear(h, m.w_gate, getattr(m, "b_gate", None)), be.linear(h, m.w_up, getattr(m, "b_up", None))
+            gate, up = be.linear(h, m.w_gate, m.b_gate), be.linear(h, m.w_up, m.b_up)
         if self.cfg.act == "swiglu_oai":  # gpt-oss: clamped, (up + 1) * gate * sigmoid(alpha * gate)
             act = be.swiglu_oai(gate, up, self.cfg.swiglu_alpha, self.cfg.swiglu_limit)
         else:
