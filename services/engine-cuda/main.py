@@ -2,9 +2,9 @@
 
     device = open_device(index)                       # no GPU or driver: refuse at once, before the bus
     model  = load_model(FAK_MODEL, CudaBackend(index))  # weights uploaded in their file's form
-    check_memory(...)                                 # weights + KV budget against the device, numbers in the error
+    check_memory(...)                                 # weights + KV budget + a step's buffers against the device
     warm_up(model)                                    # every kernel compiled before the first request
-    warm_up_sampling(backend, vocab)                  # the sampling kernel too (sampler.py)
+    warm_up_sampling(backend, vocab, max_sessions)    # the sampling kernel too, its scratch for the widest batch
     worker = EngineWorker(model, "fak-cuda")          # announces device "cuda:N"
 
 One process per GPU: CUDA_VISIBLE_DEVICES picks it (compose and Kubernetes give each container its one
@@ -25,13 +25,16 @@ from fak_engine_cuda.backend import CudaBackend, DeviceInfo, open_device
 from fakcore.engine.backend import BackendError
 from fakcore.engine.loader import describe, in_own_thread, load_model, make_backend, warm_up
 from fakcore.engine.sampling import Draw
+from fakcore.engine.scheduler import PREFILL_CHUNK
 from fakcore.engine.worker import EngineWorker
+from fakcore.models.config import ModelConfig
 from fakcore.service import Service, run_service
 from fakcore.settings import Settings
 
 ENGINE_KIND = "fak-cuda"
+KV_BYTES = 3 * 4  # a cache's float32 k, v and pre-RoPE keys, per layer, kv head and dim (engine/kvcache.py)
 KV_ON_DEVICE = 2 / 3  # of a cache's bytes: the device holds k and v, the host also the pre-RoPE keys
-HEADROOM = 0.9  # of the free memory the KV budget may plan on (activations and scratch need the rest)
+HEADROOM = 0.9  # of the free memory the KV budget and step buffers may plan on (the allocator's slack needs the rest)
 
 log = logging.getLogger("fak.engine-cuda")
 
@@ -41,22 +44,55 @@ def device_index(settings: Settings) -> int:
     return settings.cuda_device
 
 
-def check_memory(info: DeviceInfo, weights: int, budget: int, free_after_load: float, model: str) -> None:
-    """Refuse a model whose KV budget does not fit beside its weights, with the numbers."""
+def step_buffers(cfg: ModelConfig, rows: int, chunk: int, budget: int) -> dict[str, int]:
+    """The device memory a step allocates beside the weights and the KV caches, at its largest for a worker
+    decoding `rows` sequences with `chunk` prompt tokens a step (Scheduler: max_sessions, prefill_chunk):
+
+        logits        (rows, vocab) float32, left on the device for the sampler
+        sampling      the sampler's scratch for `rows` rows and a launch's arrays (sampler.device_bytes)
+        attention     the backend's scores scratch, (chunk, heads, context) float32 for a chunk at the end of
+                      the longest context the KV budget holds (a longer one is past what the budget plans for)
+        activations   one layer's arrays for chunk + rows tokens (x, norms, q k v and their rotations, the
+                      attention's output, the MLP's gate, up and product), float32
+
+    An estimate where it must be: numba frees an array some steps after its last use, the scores scratch
+    grows by doubling; HEADROOM keeps the room for that."""
+    from fak_engine_cuda.sampler import device_bytes
+
+    tokens = chunk + rows
+    kv_row = KV_BYTES * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim  # a token's cache on the host
+    context = min(cfg.context_length or chunk, max(chunk, budget // kv_row))
+    qkv = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+    ffn = max(cfg.ffn_dim, cfg.n_experts_used * cfg.expert_ffn_dim)
+    layer = 7 * cfg.dim + qkv + (2 * cfg.n_heads + cfg.n_kv_heads) * cfg.head_dim + 3 * ffn
+    return {"logits": rows * cfg.vocab_size * 4, "sampling": device_bytes(rows, cfg.vocab_size),
+            "attention": chunk * cfg.n_heads * context * 4, "activations": tokens * layer * 4}
+
+
+def check_memory(info: DeviceInfo, weights: int, budget: int, free_after_load: float, model: str,
+                 step: dict[str, int], rows: int) -> None:
+    """Refuse a model whose KV budget and step buffers (step_buffers, for `rows` sequences) do not fit beside
+    its weights, with the numbers."""
     kv = int(budget * KV_ON_DEVICE)
-    if kv > free_after_load * HEADROOM:
-        gib = 2**30
+    need = kv + sum(step.values())
+    if need > free_after_load * HEADROOM:
+        gib, mib = 2**30, 2**20
+        parts = ", ".join(f"{name} {size / mib:.1f} MiB" for name, size in step.items())
         raise BackendError(
             f"{model} does not fit on {info.name} (cuda:{info.index}, {info.total_bytes / gib:.2f} GiB): weights "
-            f"{weights / gib:.2f} GiB resident, {free_after_load / gib:.2f} GiB free after them, KV budget "
-            f"{budget / gib:.2f} GiB needs {kv / gib:.2f} GiB on the device (at most {HEADROOM:.0%} of what is free); "
-            "lower FAK_KV_BUDGET or serve a smaller model")
+            f"{weights / gib:.2f} GiB resident, {free_after_load / gib:.2f} GiB free after them; KV budget "
+            f"{budget / gib:.2f} GiB needs {kv / gib:.2f} GiB on the device and a step of {rows} sequences "
+            f"{sum(step.values()) / gib:.2f} GiB ({parts}): {need / gib:.2f} GiB, more than {HEADROOM:.0%} of "
+            "what is free; lower FAK_KV_BUDGET or FAK_MAX_SESSIONS, or serve a smaller model")
 
 
-def warm_up_sampling(backend: CudaBackend, vocab: int) -> None:
-    """One sampled and one greedy row through the sampling kernel, so that it is compiled before a request."""
-    logits = backend.cuda.to_device(np.zeros((2, vocab), np.float32))
-    backend.sample(logits, np.arange(2), [Draw(False, 1.0, 0, 1.0, 0.5), Draw(True, 0.0, 0, 1.0, 0.0)])
+def warm_up_sampling(backend: CudaBackend, vocab: int, rows: int = 2) -> None:
+    """One sampled row and greedy ones through the sampling kernel, `rows` in all (at least 2): the kernel is
+    compiled and the sampler's scratch allocated for the widest batch before a request."""
+    rows = max(2, rows)
+    logits = backend.cuda.to_device(np.zeros((rows, vocab), np.float32))
+    draws = [Draw(False, 1.0, 0, 1.0, 0.5)] + [Draw(True, 0.0, 0, 1.0, 0.0)] * (rows - 1)
+    backend.sample(logits, np.arange(rows), draws)
 
 
 async def bootstrap(svc: Service) -> None:
@@ -74,13 +110,14 @@ async def bootstrap(svc: Service) -> None:
         raise BackendError(f"{s.model}: out of device memory while uploading its weights to {backend.info} "
                            f"({backend.resident_bytes / 2**30:.2f} GiB placed before it failed)") from exc
     free = backend.free_bytes()
-    check_memory(backend.info, backend.resident_bytes, s.kv_budget_bytes, free, model.name)
+    step = step_buffers(model.config, s.max_sessions, PREFILL_CHUNK, s.kv_budget_bytes)
+    check_memory(backend.info, backend.resident_bytes, s.kv_budget_bytes, free, model.name, step, s.max_sessions)
     log.info("loaded %s in %.2fs: %.1f MiB of weights on cuda:%d, %.2f GiB free", describe(model),
              time.perf_counter() - t0, backend.resident_bytes / 2**20, index, free / 2**30)
     svc.starting = "warming up the cuda kernels (a first start compiles them)"
     t0 = time.perf_counter()
     await in_own_thread(warm_up, model)
-    await in_own_thread(warm_up_sampling, backend, model.config.vocab_size)
+    await in_own_thread(warm_up_sampling, backend, model.config.vocab_size, s.max_sessions)
     log.info("%s: warm in %.2fs", model.name, time.perf_counter() - t0)
     await EngineWorker(svc, model, ENGINE_KIND).start()
 

@@ -7,8 +7,10 @@ sampling.SAMPLED, NON_FINITE, NO_DRAW). The steps are Sampler.__call__'s, in flo
     argmax          the first index of the largest logit; any NaN or +inf: NON_FINITE (a tree over threads)
     greedy          temperature 0 or top_k 1: the argmax; every logit -inf: the argmax, NO_DRAW
     order           np.argsort(-logits, kind="stable"): by logit, larger first, equal ones by index (a bitonic
-                    sort of (logit, index) over the row padded to a power of two; the pad sorts last)
-    top_k           the first k of that order
+                    sort of (logit, index), padded to a power of two; the pad sorts last)
+    top_k           the first k of that order: with 0 < k < V, a radix select takes the k first (select_top,
+                    a few passes over the row) and only they are sorted (padded to a power of two); with
+                    top_k off the sum below runs over the whole row in order, so the whole row is sorted
     probs           exp((logit - best) / temperature), divided by their sum: numpy's pairwise sum (sum_pairwise)
     top_p           keep = searchsorted(cumsum(probs), top_p) + 1, renormalised by the kept ones' pairwise sum
     choice          Generator.choice(p=probs): the first i with cumsum(probs)[i] / cumsum(probs)[-1] > u
@@ -31,6 +33,8 @@ from numba import cuda, float32, float64, int32, int64
 SAMPLE_THREADS = 256  # threads per row at most (a power of two)
 PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE: runs this long are summed with 8 accumulators
 STACK = 64  # frames of the pairwise recursion (a depth of log2(n / 128) + 1)
+RADIX = 256  # buckets of the top-k select: a digit is a byte
+SIGN, ALL_ONES = 0x80000000, 0xFFFFFFFF  # of float32 bits
 NEG_INF32 = np.float32(-np.inf)
 NEG_INF64 = np.float64(-np.inf)
 
@@ -99,16 +103,114 @@ def sum_pairwise(a, r, n, st_lo, st_n, st_phase, st_left):
     return float64(0.0) + ret
 
 
+@cuda.jit(device=True)
+def bitonic(keys, ids, b, m, tid, nt):
+    """keys, ids[b, 0:m] (m a power of two) into the stable descending order (`before` first): a bitonic sort,
+    (m / 2) log2(m) (log2(m) + 1) / 2 compare-exchanges in log2(m) (log2(m) + 1) / 2 synchronised stages."""
+    k = 2
+    while k <= m:
+        half = k // 2
+        while half > 0:
+            cuda.syncthreads()
+            for i in range(tid, m, nt):
+                other = i ^ half
+                if other > i:
+                    ahead = before(keys[b, other], ids[b, other], keys[b, i], ids[b, i])
+                    if ahead == ((i & k) == 0):
+                        keys[b, i], keys[b, other] = keys[b, other], keys[b, i]
+                        ids[b, i], ids[b, other] = ids[b, other], ids[b, i]
+            half //= 2
+        k *= 2
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def ordered(x):
+    """float32 bits x (0 <= x < 2**32) as a key that orders as the float does (larger key, larger logit), -0.0
+    as 0.0: they are equal logits, whose order is their indexes'. -inf is the smallest; NaN never comes here."""
+    if x == SIGN:
+        x = 0
+    return ALL_ONES - x if x >= SIGN else x + SIGN
+
+
+@cuda.jit(device=True)
+def select_top(logits, bits, row, n, keys, ids, b, hist, ctl, tid, nt):
+    """The first n < V of the row's stable descending order, in no order, into keys, ids[b, 0:n] (float64 logit,
+    index); the pad (-inf, V + i) after them up to m, the power of two >= n, which is returned.
+
+    A radix select on the key (ordered(logit), V - 1 - index), larger first: 32 + ceil(log2(V) / 8) * 8 bits, 8
+    a pass from the top. A pass counts the row's keys that match the digits chosen so far, by their next digit
+    (hist); the digit whose bucket holds the n-th largest is chosen, the buckets above it are taken. The keys
+    are distinct (the index is in them), so it ends at the latest with the last digit, and sooner when the
+    whole bucket is taken (the n-th and the (n+1)-th largest logits differ in the digits read so far): those
+    with a prefix at least the chosen one are exactly the n first of the order, whatever the ties."""
+    V = logits.shape[1]
+    lo_passes, rest = 0, V - 1
+    while rest > 0:  # bytes of the index part
+        lo_passes += 1
+        rest >>= 8
+    hi_pre, hi_mask, lo_pre, lo_mask = int64(0), int64(0), int64(0), int64(0)
+    need, p = int64(n), 0
+    while True:  # digit p: of the logit's 4 bytes, then of the index's
+        on_hi = p < 4
+        shift = 24 - 8 * p if on_hi else 8 * (lo_passes - 1 - (p - 4))
+        for i in range(tid, RADIX, nt):
+            hist[i] = 0
+        cuda.syncthreads()
+        for j in range(tid, V, nt):
+            h, lo = ordered(int64(bits[row, j])), V - 1 - j
+            if (h & hi_mask) == hi_pre and (lo & lo_mask) == lo_pre:
+                cuda.atomic.add(hist, ((h if on_hi else lo) >> shift) & (RADIX - 1), 1)
+        cuda.syncthreads()
+        if tid == 0:
+            d, above = RADIX - 1, int64(0)
+            while above + hist[d] < need:
+                above += hist[d]
+                d -= 1
+            ctl[0], ctl[1], ctl[2] = d, need - above, hist[d] == need - above
+        cuda.syncthreads()
+        d, need, whole = ctl[0], ctl[1], ctl[2]
+        if on_hi:
+            hi_pre |= d << shift
+            hi_mask |= (RADIX - 1) << shift
+        else:
+            lo_pre |= d << shift
+            lo_mask |= (RADIX - 1) << shift
+        if whole:
+            break
+        p += 1
+    m = 1
+    while m < n:
+        m *= 2
+    for i in range(n + tid, m, nt):
+        keys[b, i] = NEG_INF64
+        ids[b, i] = V + i
+    if tid == 0:
+        ctl[3] = 0
+    cuda.syncthreads()
+    for j in range(tid, V, nt):
+        h, lo = ordered(int64(bits[row, j])) & hi_mask, (V - 1 - j) & lo_mask
+        if h > hi_pre or (h == hi_pre and lo >= lo_pre):
+            at = cuda.atomic.add(ctl, 3, 1)
+            keys[b, at] = float64(logits[row, j])
+            ids[b, at] = j
+    cuda.syncthreads()
+    return m
+
+
 @cuda.jit
-def sample(logits, rows, params, top_k, keys, ids, probs, out):
-    """out[b] = (token, status) for logits[rows[b]]; params[b] = (greedy, temperature, top_p, u) in float64,
-    top_k[b]. Scratch: keys, ids (B, P) with P the row padded to a power of two; probs (B, V)."""
+def sample(logits, bits, rows, params, top_k, keys, ids, probs, out):
+    """out[b] = (token, status) for logits[rows[b]]; bits: logits viewed as uint32; params[b] = (greedy,
+    temperature, top_p, u) in float64, top_k[b]. Scratch: keys, ids (B, P) with P the row padded to a power of
+    two (a row with a top k uses the first k rounded up to a power of two); probs (B, V)."""
     tid, nt = cuda.threadIdx.x, cuda.blockDim.x
     best_v = cuda.shared.array(SAMPLE_THREADS, float32)
     best_i = cuda.shared.array(SAMPLE_THREADS, int64)
     bad = cuda.shared.array(SAMPLE_THREADS, int32)
     share = cuda.shared.array(2, float64)
     share_i = cuda.shared.array(1, int64)
+    hist = cuda.shared.array(RADIX, int32)
+    ctl = cuda.shared.array(4, int64)
     st_lo = cuda.local.array(STACK, int64)
     st_n = cuda.local.array(STACK, int64)
     st_phase = cuda.local.array(STACK, int32)
@@ -144,29 +246,19 @@ def sample(logits, rows, params, top_k, keys, ids, probs, out):
                 out[b, 0] = best
                 out[b, 1] = 1 if faulty else (0 if greedy else 2)
             continue
-        # -- the stable descending order: a bitonic sort of (logit, index), padding last --------------------
-        for j in range(tid, P, nt):
-            keys[b, j] = float64(logits[row, j]) if j < V else NEG_INF64
-            ids[b, j] = j
-        k = 2
-        while k <= P:
-            half = k // 2
-            while half > 0:
-                cuda.syncthreads()
-                for i in range(tid, P, nt):
-                    other = i ^ half
-                    if other > i:
-                        ahead = before(keys[b, other], ids[b, other], keys[b, i], ids[b, i])
-                        if ahead == ((i & k) == 0):
-                            keys[b, i], keys[b, other] = keys[b, other], keys[b, i]
-                            ids[b, i], ids[b, other] = ids[b, other], ids[b, i]
-                half //= 2
-            k *= 2
-        cuda.syncthreads()
-        # -- probabilities of the top k, the nucleus, the choice --------------------------------------------
+        # -- the stable descending order: of the top k alone where there is one, else of the whole row ----
         n = V
         if 0 < top_k[b] < V:
             n = top_k[b]
+        if n < V:
+            m = select_top(logits, bits, row, n, keys, ids, b, hist, ctl, tid, nt)
+        else:
+            for j in range(tid, P, nt):
+                keys[b, j] = float64(logits[row, j]) if j < V else NEG_INF64
+                ids[b, j] = j
+            m = P
+        bitonic(keys, ids, b, m, tid, nt)
+        # -- probabilities of the top k, the nucleus, the choice --------------------------------------------
         xb = keys[b, 0]
         for i in range(tid, n, nt):
             probs[b, i] = math.exp((keys[b, i] - xb) / temperature)
@@ -209,9 +301,21 @@ def sample(logits, rows, params, top_k, keys, ids, probs, out):
         cuda.syncthreads()  # the scratch and shared arrays are the next row's
 
 
+def padded(vocab: int) -> int:
+    """The row padded to a power of two: the width of the sort's scratch."""
+    return 1 << max(0, vocab - 1).bit_length()
+
+
+def device_bytes(rows: int, vocab: int) -> int:
+    """What a DeviceSampler holds on the device for batches of up to `rows`: its scratch (keys and ids (rows,
+    padded) float64 and int64, probabilities (rows, vocab) float64) and a launch's own arrays (rows, settings
+    and top k up, (token, status) back: 64 bytes a row)."""
+    return rows * (padded(vocab) * (8 + 8) + vocab * 8) + rows * 64
+
+
 class DeviceSampler:
-    """Launches `sample` for a backend: scratch kept between steps (grown on demand), three copies a step (the
-    rows' settings up, (token, status) back)."""
+    """Launches `sample` for a backend: scratch kept between steps (grown on demand), four copies a step (the
+    rows, their settings and top k up, (token, status) back); the logits' uint32 view is the same memory."""
 
     def __init__(self, backend, threads: int):
         if threads < 1 or threads > SAMPLE_THREADS or threads & (threads - 1):
@@ -220,11 +324,11 @@ class DeviceSampler:
         self._scratch: tuple = ()
 
     def scratch(self, rows: int, vocab: int) -> tuple:
-        padded = 1 << max(0, vocab - 1).bit_length()
+        """(keys, ids, probs) for at least `rows` rows (device_bytes counts them)."""
         if not self._scratch or self._scratch[0].shape[0] < rows or self._scratch[2].shape[1] != vocab:
-            cuda_ = self.be.cuda
+            cuda_, width = self.be.cuda, padded(vocab)
             rows = max(rows, self._scratch[0].shape[0] if self._scratch else 0)
-            self._scratch = (cuda_.device_array((rows, padded), np.float64), cuda_.device_array((rows, padded), np.int64),
+            self._scratch = (cuda_.device_array((rows, width), np.float64), cuda_.device_array((rows, width), np.int64),
                              cuda_.device_array((rows, vocab), np.float64))
         return self._scratch
 
@@ -235,7 +339,7 @@ class DeviceSampler:
         top_k = np.array([d.top_k for d in draws], np.int64)
         keys, ids, probs = self.scratch(n, logits.shape[1])
         out = cuda_.device_array((n, 2), np.int64)
-        sample[(self.be._g(n),), (self.threads,)](logits, cuda_.to_device(np.ascontiguousarray(rows, np.int64)),
+        sample[(self.be._g(n),), (self.threads,)](logits, logits.view(np.uint32), cuda_.to_device(np.ascontiguousarray(rows, np.int64)),
                                                   cuda_.to_device(params), cuda_.to_device(top_k), keys, ids, probs, out)
         got = out.copy_to_host()
         return got[:, 0], got[:, 1]

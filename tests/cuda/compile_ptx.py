@@ -53,8 +53,8 @@ def signatures(k, sampler) -> dict:
         "add_into": (k.add_into, (v32, v32, v32)),
         "softcap": (k.softcap, (v32, f32, v32)),
         "take_rows": (k.take_rows, (m32, ids, m32)),
-        "sample": (sampler.sample, (m32, ids, array(T.float64, 2), ids, array(T.float64, 2), array(i64, 2),
-                                    array(T.float64, 2), array(i64, 2))),
+        "sample": (sampler.sample, (m32, array(T.uint32, 2), ids, array(T.float64, 2), ids, array(T.float64, 2),
+                                    array(i64, 2), array(T.float64, 2), array(i64, 2))),
     }
     return sigs
 

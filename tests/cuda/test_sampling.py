@@ -3,6 +3,10 @@
 - greedy rows: the argmax, exactly; sampled rows: the same token as Sampler on the same seed, step after step,
   with the generator left in the same state (every combination of temperature, top_k, top_p; ties; -inf
   logits; rows longer than numpy's 128-element pairwise block; a subset of a batch's rows);
+- the top-k select: the k first of the stable order, bit for bit, for every kind of k (1, a power of two and
+  either side of one, V - 1) and row (ties across the k-th place, -0.0 beside 0.0, -inf, logits an ulp apart,
+  rows of one value, vocabularies not a power of two, indexes of one byte and of two); a top k at or past the
+  vocabulary sorts the whole row; sampled rows with a top k choose as Sampler does for every k;
 - numpy's pairwise float64 sum, bit for bit, for every length the sampler sums;
 - a row of only -inf logits: the argmax and no draw (the generator given back); NaN / +inf: FloatingPointError;
 - the scheduler, given a transformer that leaves its logits on the device, samples there (but the rows that
@@ -18,10 +22,10 @@ import pytest
 from numba import cuda
 
 from fak_engine_cuda.backend import CudaBackend
-from fak_engine_cuda.sampler import STACK, sum_pairwise
+from fak_engine_cuda.sampler import RADIX, STACK, bitonic, select_top, sum_pairwise
 from fakcore.engine.loader import load_model
 from fakcore.engine.reference import ReferenceBackend
-from fakcore.engine.sampling import NO_DRAW, NON_FINITE, Sampler
+from fakcore.engine.sampling import NO_DRAW, NON_FINITE, SAMPLED, Draw, Sampler
 from fakcore.engine.scheduler import Scheduler
 from fakcore.engine.sequence import Sequence
 from fakcore.protocol import GenerateRequest, Sampling
@@ -113,6 +117,81 @@ def test_a_row_of_minus_infinity_draws_nothing_and_non_finite_logits_fail():
     assert dev.rng.bit_generator.state == cpu.rng.bit_generator.state  # the draw was given back
     with pytest.raises(FloatingPointError, match="non-finite"):
         dev.finish_draw(tokens[1], status[1])
+
+
+def top_rows(rng, vocab: int) -> np.ndarray:
+    """Rows that put the select's every digit to work: random, rounded (ties, -0.0 beside 0.0), one value (the
+    index decides alone), half -inf, an ulp apart (the logit's last byte), tiny of either sign (subnormals)."""
+    one = np.full(vocab, 1.5, np.float32)
+    zeros = np.where(rng.random(vocab) < 0.5, np.float32(-0.0), np.float32(0.0)).astype(np.float32)
+    masked = rng.standard_normal(vocab).astype(np.float32)
+    masked[rng.permutation(vocab)[: vocab // 2]] = -np.inf
+    ulps = np.nextafter(np.float32(1.0), np.float32(2.0)) - np.float32(1.0)
+    apart = (np.float32(1.0) + rng.integers(0, 5, vocab).astype(np.float32) * ulps).astype(np.float32)
+    tiny_ = (rng.choice([-1e-40, -0.0, 0.0, 1e-40, 1e-45, -1e-45], vocab)).astype(np.float32)
+    return np.stack([rng.standard_normal(vocab).astype(np.float32) * 3, np.round(rng.standard_normal(vocab) * 2),
+                     one, zeros, masked, apart, tiny_]).astype(np.float32)
+
+
+@cuda.jit
+def _top(logits, bits, cases, keys, ids, sizes):
+    hist = cuda.shared.array(RADIX, np.int32)
+    ctl = cuda.shared.array(4, np.int64)
+    tid, nt = cuda.threadIdx.x, cuda.blockDim.x
+    for c in range(cuda.blockIdx.x, cases.shape[0], cuda.gridDim.x):
+        m = select_top(logits, bits, cases[c, 0], cases[c, 1], keys, ids, c, hist, ctl, tid, nt)
+        bitonic(keys, ids, c, m, tid, nt)
+        if tid == 0:
+            sizes[c] = m
+        cuda.syncthreads()
+
+
+@pytest.mark.parametrize("vocab, ks", [(37, [1, 2, 3, 5, 8, 9, 17, 36]), (300, [1, 7, 16, 64, 65, 255, 299])])
+def test_the_top_k_select_takes_the_first_k_of_the_stable_order(vocab, ks):
+    x = top_rows(np.random.default_rng(vocab), vocab)
+    cases = np.array([(r, k) for r in range(len(x)) for k in ks], np.int64)
+    width = 1 << (max(ks) - 1).bit_length()
+    keys, ids = cuda.device_array((len(cases), width), np.float64), cuda.device_array((len(cases), width), np.int64)
+    sizes = cuda.device_array(len(cases), np.int64)
+    d = cuda.to_device(x)
+    _top[2, 8](d, d.view(np.uint32), cuda.to_device(cases), keys, ids, sizes)
+    keys, ids, sizes = keys.copy_to_host(), ids.copy_to_host(), sizes.copy_to_host()
+    for c, (r, k) in enumerate(cases):
+        m = 1 << (int(k) - 1).bit_length()
+        want = np.argsort(-x[r].astype(np.float64), kind="stable")[:k]
+        assert sizes[c] == m
+        assert list(ids[c, :k]) == list(want), (r, k)
+        assert keys[c, :k].tobytes() == x[r, want].astype(np.float64).tobytes()  # (-0.0 stays -0.0)
+        assert list(ids[c, k:m]) == list(range(vocab + k, vocab + m)) and (keys[c, k:m] == -np.inf).all()
+
+
+@pytest.mark.parametrize("vocab", [37, 300])
+def test_top_k_rows_choose_as_the_sampler_for_every_k(vocab):
+    be = cuda_backend()
+    rng = np.random.default_rng(vocab + 1)
+    x = top_rows(rng, vocab)
+    ks = [2, 3, 8, 9, vocab // 2, vocab - 1, vocab, vocab + 5] if vocab < 64 else [9, vocab // 2, vocab - 1, vocab]
+    cases = [(r, float(rng.choice([0.4, 1.0, 3.0])), k, float(rng.choice([1.0, 0.9, 0.3])), seed)
+             for r in range(len(x)) for k, seed in zip(ks, rng.integers(0, 2**63, len(ks)), strict=True)]
+    cpu = [Sampler(Sampling(temperature=t, top_k=k, top_p=p, seed=int(s))) for _, t, k, p, s in cases]
+    dev = [Sampler(Sampling(temperature=t, top_k=k, top_p=p, seed=int(s))) for _, t, k, p, s in cases]
+    rows = [r for r, *_ in cases]
+    want = [s(x[r]) for s, r in zip(cpu, rows, strict=True)]
+    assert device_choices(be, x, rows, dev) == want
+    assert [a.rng.bit_generator.state for a in cpu] == [b.rng.bit_generator.state for b in dev]
+
+
+def test_a_top_k_row_of_non_finite_or_minus_infinity_logits():
+    be = cuda_backend()
+    logits = np.full((4, 40), -np.inf, np.float32)
+    logits[1, 7] = np.nan
+    logits[2, 3] = np.inf
+    logits[3, [5, 9]] = [1.0, 2.0]  # 2 finite logits, k = 6: four -inf ones (by index) get probability 0
+    draws = [Draw(False, 1.0, 5, 1.0, 0.5), Draw(False, 1.0, 5, 1.0, 0.5), Draw(False, 1.0, 5, 0.9, 0.5),
+             Draw(False, 1.0, 6, 1.0, 0.9)]
+    tokens, status = be.sample(be.cuda.to_device(logits), np.arange(4), draws)
+    assert list(status) == [NO_DRAW, NON_FINITE, NON_FINITE, SAMPLED] and tokens[0] == 0
+    assert tokens[3] == 5  # probabilities 0.73 (9), 0.27 (5), 0 ...: u = 0.9 falls in 5's
 
 
 def run(model, requests, *, device_sampling: bool):
