@@ -8,10 +8,11 @@ is a BackendError naming it: this backend never falls back to the CPU.
 Every kernel is batch-invariant (kernels.py says how), so `batch_invariant = True` and exact eviction
 gives the fresh prefill's bits on the device too.
 
-KV caches (CudaKVCache): the host arrays of engine/kvcache.KVCache stay the truth that the KV-MMU moves
-(drop, copy_prefix, rerotate, digests); the device holds a copy of k and v that attention reads. The
-forward pass writes both (the new rows are copied to the host once per layer); every move of host memory
-re-uploads the cache (`keys_changed`). A device-resident, paged pool is the next step.
+KV caches (CudaKVCache) live on the device, paged: one pool per model shape (KVPages, pages of kernels.PAGE
+slots of keys, values and pre-RoPE keys), a page table per cache. The forward pass writes new rows into the
+pages and attention reads them through the table; nothing comes back per step. The KV-MMU's moves (drop,
+copy_prefix, rerotate) and digests run on a host mirror brought up to the device first (`pull`); a move
+pushes back only the slots it changed.
 
 Sampling (`sample`, sampler.py): the sampler's choice made on the device from logits left there; only the token
 ids come back. Bit for bit sampling.Sampler's arithmetic but for exp (sampler.py says what that means).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +41,7 @@ log = logging.getLogger("fak.engine-cuda")
 FLOAT_TYPES = ("F32", "F16", "BF16")
 QUANT_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")  # kernels.QUANT_KERNELS
 SUPPORTED = FLOAT_TYPES + QUANT_TYPES
+MIN_PAGES = 16  # a KV pool's first size at least
 
 
 @dataclass(frozen=True)
@@ -91,30 +94,153 @@ class DeviceMatrix:
         return int(self.data.nbytes)
 
 
+class KVPages:
+    """One model shape's KV memory on the device, shared by all its caches: keys, values and pre-RoPE keys as
+    pages of kernels.PAGE slots, (pages, L, Hkv, PAGE, D) float32 each (`arrays`, in KVCache._arrays' order).
+    A cache takes pages as it grows and gives them back when it is freed; slot j of a cache is row j % PAGE of
+    its page table[j // PAGE]. With every page taken the pool grows by half (the old pages copied on the
+    device, their numbers kept); a device out of memory then is a BackendError with the numbers."""
+
+    def __init__(self, backend: CudaBackend, shape: tuple[int, int, int], pages: int):
+        self.be, self.shape = backend, shape
+        self.total = 0
+        self.free: list[int] = []  # a stack: the lowest numbers are taken first
+        self.arrays: tuple = ()
+        self.grow(max(1, pages))
+
+    @property
+    def page_bytes(self) -> int:
+        n_layers, n_kv, hd = self.shape
+        return 3 * 4 * n_layers * n_kv * self.be.k.PAGE * hd
+
+    @property
+    def used(self) -> int:
+        return self.total - len(self.free)
+
+    def grow(self, pages: int) -> None:
+        n_layers, n_kv, hd = self.shape
+        cuda = self.be.cuda
+        try:
+            new = tuple(cuda.device_array((pages, n_layers, n_kv, self.be.k.PAGE, hd), np.float32) for _ in range(3))
+        except Exception as exc:
+            if "OUT_OF_MEMORY" not in str(exc):
+                raise
+            raise BackendError(f"KV pages of {self.shape} (layers, kv heads, head dim): out of device memory growing "
+                               f"the pool from {self.total} to {pages} pages of {self.be.k.PAGE} slots "
+                               f"({self.total * self.page_bytes / 2**20:.1f} to {pages * self.page_bytes / 2**20:.1f} "
+                               f"MiB) on {self.be.info}; lower FAK_KV_BUDGET or FAK_MAX_SESSIONS") from exc
+        if self.total:  # the pages held so far keep their numbers and bits
+            for old, grown in zip(self.arrays, new, strict=True):
+                grown[:self.total].copy_to_device(old)
+        self.free.extend(range(pages - 1, self.total - 1, -1))
+        self.total, self.arrays = pages, new
+
+    def take(self, n: int) -> list[int]:
+        short = n - len(self.free)
+        if short > 0:
+            self.grow(max(self.total + short, self.total * 3 // 2))
+        return [self.free.pop() for _ in range(n)]
+
+    def give(self, ids: list[int]) -> None:
+        self.free.extend(ids)
+        ids.clear()
+
+
 class CudaKVCache(KVCache):
-    """KVCache plus device copies of k and v, (L, Hkv, S, D) each, the layout attention reads. The host arrays
-    stay the cache's truth; the forward pass writes both, every other move re-uploads (`keys_changed`)."""
+    """KVCache whose truth is on the device, in its model's KVPages: the forward pass writes a layer's new rows
+    into the cache's pages (kernels.store_kv) and attention reads them through the page table; nothing comes
+    back per step. The host arrays of engine/kvcache.KVCache are a mirror, brought up to the device (`pull`,
+    one gather and copy) only before what reads them: the KV-MMU's moves (drop, copy_prefix, rerotate, which
+    stay KVCache's host arithmetic), digests and host_kv. A move pushes back only the slots it changed
+    (`keys_changed`). Slots below `host_upto` hold the device's bits on the host."""
+
+    def __init__(self, backend: CudaBackend, pages: KVPages, n_layers: int, n_kv_heads: int, head_dim: int,
+                 **kw: Any):
+        self.be, self.pages = backend, pages
+        self.page_ids: list[int] = []  # never rebound: the finalizer gives this list back
+        self.table = None  # page_ids on the device (int32)
+        self.host_upto = 0
+        weakref.finalize(self, pages.give, self.page_ids)
+        super().__init__(n_layers, n_kv_heads, head_dim, keep_pre_rope=True, **kw)
 
     def _alloc(self, capacity: int) -> None:
-        from numba import cuda
-
         super()._alloc(capacity)
-        self.dk = cuda.device_array(self.k.shape, np.float32)
-        self.dv = cuda.device_array(self.v.shape, np.float32)
+        want = -(-capacity // self.be.k.PAGE)
+        if want > len(self.page_ids):
+            self.page_ids.extend(self.pages.take(want - len(self.page_ids)))
+            self.table = self.be.cuda.to_device(np.asarray(self.page_ids, np.int32))
 
-    def reserve(self, total: int) -> None:
-        grows = total > self.capacity
-        super().reserve(total)
-        if grows:
-            self._upload()
+    def written(self, start: int) -> None:
+        """The forward pass wrote slots from `start` on, on the device alone."""
+        self.host_upto = min(self.host_upto, start)
+
+    def write(self, layer: int, start: int, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        raise BackendError("a cuda KV cache is written on the device by the cuda backend's attention, not from the host")
+
+    # -- the mirror ----------------------------------------------------------------------------------------
+    def device_rows(self, start: int, stop: int) -> list[np.ndarray]:
+        """Slots start…stop-1 as the pages hold them, on the host: (L, Hkv, n, D) for k, v and k_pre."""
+        n_layers, n_kv, hd = self.shape
+        n = stop - start
+        out = []
+        for pages in self.pages.arrays:
+            rows = self.be.cuda.device_array((n_layers, n_kv, n, hd), np.float32)
+            if n > 0:
+                self.be.k.pages_to_rows[(self.be._g(n), self.be._g(n_layers * n_kv)), (min(hd, 4 * self.be.lanes),)](
+                    pages, self.table, start, rows)
+            out.append(rows.copy_to_host())
+        return out
+
+    def pull(self) -> None:
+        a, n = self.host_upto, self.length
+        if n > a:
+            for host, rows in zip(self._arrays(), self.device_rows(a, n), strict=True):
+                host[:, :, a:n] = rows
+        self.host_upto = max(a, n)
 
     def keys_changed(self, start: int, stop: int) -> None:
-        if stop > start:  # a drop or copy moved v as well: both go up
-            self._upload()
+        """Slots start…stop-1 of the mirror changed (a move): they go up to the pages, k, v and k_pre."""
+        n_layers, n_kv, hd = self.shape
+        n = stop - start
+        if n <= 0:
+            return
+        for host, pages in zip(self._arrays(), self.pages.arrays, strict=True):
+            rows = self.be.cuda.to_device(np.ascontiguousarray(host[:, :, start:stop]))
+            self.be.k.rows_to_pages[(self.be._g(n), self.be._g(n_layers * n_kv)), (min(hd, 4 * self.be.lanes),)](
+                rows, self.table, start, pages)
 
-    def _upload(self) -> None:
-        self.dk.copy_to_device(self.k)
-        self.dv.copy_to_device(self.v)
+    # -- what reads the mirror pulls it first ---------------------------------------------------------------
+    def drop(self, start: int, end: int) -> None:
+        self.pull()
+        super().drop(start, end)
+        self.host_upto = self.length
+
+    def copy_prefix(self, src: KVCache, n: int) -> None:
+        if isinstance(src, CudaKVCache):
+            src.pull()
+        super().copy_prefix(src, n)
+        self.host_upto = self.length
+
+    def rerotate(self, start: int, stop: int, tables: list[Any]) -> None:
+        self.pull()
+        super().rerotate(start, stop, tables)
+
+    def truncate(self, n: int) -> None:
+        super().truncate(n)
+        self.host_upto = min(self.host_upto, self.length)
+
+    def host_kv(self) -> tuple[np.ndarray, np.ndarray]:
+        self.pull()
+        return super().host_kv()
+
+    def digest(self) -> str:
+        self.pull()
+        return super().digest()
+
+    @property
+    def nbytes(self) -> int:
+        """Its pages' device memory (the KV budget counts the device); the host mirror is as large again."""
+        return len(self.page_ids) * self.pages.page_bytes
 
 
 class CudaRopeTable:
@@ -166,6 +292,8 @@ class CudaBackend:
         self._scratch = cuda.device_array(0, np.float32)  # attention scores, grown on demand
         self._resident: dict[tuple, tuple[Any, DeviceMatrix]] = {}  # embeddings, for a tied LM head
         self._sampler = None  # sampler.DeviceSampler, made at the first `sample`
+        self._pages: dict[tuple[int, int, int], KVPages] = {}  # the KV pool of each cache shape
+        self.kv_budget = 0  # what the first pool is sized for (plan_kv)
         self.resident_bytes = self.f16.nbytes + self.bf16.nbytes  # what weights (and tables) hold on the device
 
     def bind(self) -> None:
@@ -293,10 +421,9 @@ class CudaBackend:
 
     def attention(self, q, k_pre, k, v, segments: list[Segment], layer: int, window: int, scale: float,
                   softcap: float, alibi: np.ndarray | None = None) -> Any:
-        """Per segment: its new rows into its cache (device and host), then one launch of (rows, heads) blocks."""
+        """Per segment: its new rows into its cache's pages, then one launch of (rows, heads) blocks."""
         n_tok, n_heads, dim = q.shape
         out = self.cuda.device_array(q.shape, np.float32)
-        host = [a.copy_to_host() for a in (k_pre, k, v)]  # the host mirror's new rows, one copy per layer
         slopes = self._no_alibi
         if alibi is not None:
             key = np.ascontiguousarray(alibi, np.float32).tobytes()
@@ -308,13 +435,15 @@ class CudaBackend:
             if cache.shape[1:] != k.shape[1:] or layer >= cache.shape[0]:
                 raise BackendError(f"attention: cache of shape {cache.shape} for layer {layer}, rows {k.shape[1:]}")
             start, n = cache.length, seg.rows.stop - seg.rows.start
-            cache.write(layer, start, *(a[seg.rows] for a in host))  # reserves (and re-uploads) as it grows
+            cache.reserve(start + n)  # takes pages (the pool may grow: its arrays are read after)
+            cache.written(start)
+            pk, pv, pk_pre = cache.pages.arrays
             threads = (min(dim, 4 * self.lanes),)
-            self.k.store_kv[(self._g(n), self._g(k.shape[1])), threads](k, v, seg.rows.start, n, cache.dk, cache.dv,
-                                                                        layer, start)
+            self.k.store_kv[(self._g(n), self._g(k.shape[1])), threads](k_pre, k, v, seg.rows.start, n, pk_pre, pk, pv,
+                                                                        cache.table, layer, start)
             scores = self._scores(n * n_heads * (start + n)).reshape(n, n_heads, start + n)
             self.k.attention[(self._g(n), self._g(n_heads)), (self.lanes,)](
-                q, seg.rows.start, n, cache.dk, cache.dv, layer, start, int(window), np.float32(scale),
+                q, seg.rows.start, n, pk, pv, cache.table, layer, start, int(window), np.float32(scale),
                 np.float32(softcap), slopes, scores, out)
         return out
 
@@ -366,9 +495,20 @@ class CudaBackend:
         return self._sampler(self._dev(logits), rows, draws)
 
     # -- caches ----------------------------------------------------------------------------------------
-    def new_cache(self, config: ModelConfig) -> CudaKVCache:
+    def plan_kv(self, budget: int) -> None:
+        """Size the first KV pool made by `new_cache` to hold `budget` bytes (FAK_KV_BUDGET); it grows beyond."""
+        self.kv_budget = max(0, int(budget))
+
+    def new_cache(self, config: ModelConfig, capacity: int = 64) -> CudaKVCache:
+        """A cache with pages for `capacity` slots from the pool of its shape (made at the first, for the
+        plan_kv budget); the pool grows past that."""
         self.bind()
-        return CudaKVCache(config.n_layers, config.n_kv_heads, config.head_dim, rope=self.host_rope)
+        shape = (config.n_layers, config.n_kv_heads, config.head_dim)
+        pages = self._pages.get(shape)
+        if pages is None:
+            page_bytes = 3 * 4 * config.n_layers * config.n_kv_heads * self.k.PAGE * config.head_dim
+            pages = self._pages[shape] = KVPages(self, shape, max(MIN_PAGES, self.kv_budget // page_bytes))
+        return CudaKVCache(self, pages, *shape, capacity=capacity, rope=self.host_rope)
 
 
 register_backend("cuda", CudaBackend)

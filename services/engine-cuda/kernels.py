@@ -30,6 +30,7 @@ from numba import config, cuda, float32, int32
 UNIT = 32  # elements per unit of every quant kernel (a Q4_0/Q4_1/Q8_0 block; a K-quant sub-block run)
 ROWS = 4  # output rows per block of a linear kernel (threadIdx.y)
 MAX_LANES = 32  # threads per dot product at most (threadIdx.x); a power of two
+PAGE = 16  # KV slots per page of the device cache (backend.KVPages)
 NEG_INF = np.float32(-np.inf)
 
 # f16 / bf16 bits -> float32, exactly (numpy's own conversions)
@@ -345,25 +346,54 @@ def rope(x, positions, cos, sin, out):
 
 
 @cuda.jit
-def store_kv(k, v, row0, n, kc, vc, layer, start):
-    """kc[layer, :, start + i] = k[row0 + i] (and v) for i < n: one segment's new rows into its device cache."""
+def store_kv(k_pre, k, v, row0, n, pk_pre, pk, pv, table, layer, start):
+    """One segment's new rows into its cache's pages: slot start + i (page table[slot // PAGE], row slot % PAGE)
+    of layer `layer` takes k_pre, k and v[row0 + i] for i < n. Pages are (pages, L, Hkv, PAGE, D)."""
     for i in range(cuda.blockIdx.x, n, cuda.gridDim.x):
+        slot = start + i
+        page, at = table[slot // PAGE], slot % PAGE
         for h in range(cuda.blockIdx.y, k.shape[1], cuda.gridDim.y):
             for d in range(cuda.threadIdx.x, k.shape[2], cuda.blockDim.x):
-                kc[layer, h, start + i, d] = k[row0 + i, h, d]
-                vc[layer, h, start + i, d] = v[row0 + i, h, d]
+                pk_pre[page, layer, h, at, d] = k_pre[row0 + i, h, d]
+                pk[page, layer, h, at, d] = k[row0 + i, h, d]
+                pv[page, layer, h, at, d] = v[row0 + i, h, d]
 
 
 @cuda.jit
-def attention(q, row0, n, kc, vc, layer, start, window, scale, softcap, slopes, scores, out):
-    """Causal (optionally windowed, soft-capped) attention of one segment's n new rows over its cache.
+def pages_to_rows(pages, table, start, rows):
+    """rows[l, h, i] = slot start + i of layer l, kv head h, read through the page table: (L, Hkv, n, D)."""
+    for i in range(cuda.blockIdx.x, rows.shape[2], cuda.gridDim.x):
+        slot = start + i
+        page, at = table[slot // PAGE], slot % PAGE
+        for lh in range(cuda.blockIdx.y, rows.shape[0] * rows.shape[1], cuda.gridDim.y):
+            layer, h = lh // rows.shape[1], lh % rows.shape[1]
+            for d in range(cuda.threadIdx.x, rows.shape[3], cuda.blockDim.x):
+                rows[layer, h, i, d] = pages[page, layer, h, at, d]
+
+
+@cuda.jit
+def rows_to_pages(rows, table, start, pages):
+    """The inverse of pages_to_rows: (L, Hkv, n, D) rows into slots start…start+n-1 of the pages."""
+    for i in range(cuda.blockIdx.x, rows.shape[2], cuda.gridDim.x):
+        slot = start + i
+        page, at = table[slot // PAGE], slot % PAGE
+        for lh in range(cuda.blockIdx.y, rows.shape[0] * rows.shape[1], cuda.gridDim.y):
+            layer, h = lh // rows.shape[1], lh % rows.shape[1]
+            for d in range(cuda.threadIdx.x, rows.shape[3], cuda.blockDim.x):
+                pages[page, layer, h, at, d] = rows[layer, h, i, d]
+
+
+@cuda.jit
+def attention(q, row0, n, pk, pv, table, layer, start, window, scale, softcap, slopes, scores, out):
+    """Causal (optionally windowed, soft-capped) attention of one segment's n new rows over its cache's pages
+    (pk, pv (pages, L, Hkv, PAGE, D); slot j is row j % PAGE of page table[j // PAGE]).
     slopes (H,): ALiBi, head h's score of key j + slopes[h] * (j - pos) after the scale; empty: none.
 
     Work item (i, h), grid-stride over (n, H): query row row0 + i (position start + i), head h, over keys
     lo…pos of kv head h // group. `scores` (n, H, S) is scratch. The order of every sum depends on pos and
     the block's thread count only."""
     tid, nt = cuda.threadIdx.x, cuda.blockDim.x
-    kv_group = q.shape[1] // kc.shape[1]
+    kv_group = q.shape[1] // pk.shape[2]
     dim = q.shape[2]
     part = cuda.shared.array((1, MAX_LANES), float32)
     for i in range(cuda.blockIdx.x, n, cuda.gridDim.x):
@@ -377,7 +407,7 @@ def attention(q, row0, n, kc, vc, layer, start, window, scale, softcap, slopes, 
             for j in range(lo + tid, pos + 1, nt):
                 s = float32(0.0)
                 for d in range(dim):
-                    s += q[t, h, d] * kc[layer, kh, j, d]
+                    s += q[t, h, d] * pk[table[j // PAGE], layer, kh, j % PAGE, d]
                 s = s * scale
                 if softcap > 0:
                     s = math.tanh(s / softcap) * softcap
@@ -399,7 +429,7 @@ def attention(q, row0, n, kc, vc, layer, start, window, scale, softcap, slopes, 
             for d in range(tid, dim, nt):
                 o = float32(0.0)
                 for j in range(lo, pos + 1):
-                    o += (scores[i, h, j] / total) * vc[layer, kh, j, d]
+                    o += (scores[i, h, j] / total) * pv[table[j // PAGE], layer, kh, j % PAGE, d]
                 out[t, h, d] = o
             cuda.syncthreads()  # part is reused by the next item
 

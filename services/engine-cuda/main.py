@@ -33,7 +33,7 @@ from fakcore.settings import Settings
 
 ENGINE_KIND = "fak-cuda"
 KV_BYTES = 3 * 4  # a cache's float32 k, v and pre-RoPE keys, per layer, kv head and dim (engine/kvcache.py)
-KV_ON_DEVICE = 2 / 3  # of a cache's bytes: the device holds k and v, the host also the pre-RoPE keys
+KV_ON_DEVICE = 1.0  # of a cache's bytes: the device's pages hold k, v and the pre-RoPE keys (backend.KVPages)
 HEADROOM = 0.9  # of the free memory the KV budget and step buffers may plan on (the allocator's slack needs the rest)
 
 log = logging.getLogger("fak.engine-cuda")
@@ -63,7 +63,7 @@ def step_buffers(cfg: ModelConfig, rows: int, chunk: int, budget: int) -> dict[s
     kv_row = KV_BYTES * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim  # a token's cache on the host
     context = min(cfg.context_length or chunk, max(chunk, budget // kv_row))
     qkv = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
-    ffn = max(cfg.ffn_dim, cfg.n_experts_used * cfg.expert_ffn_dim)
+    ffn = max(cfg.ffn_dim, cfg.n_experts_used * cfg.expert_ffn_dim + cfg.shared_expert_ffn_dim)
     layer = 7 * cfg.dim + qkv + (2 * cfg.n_heads + cfg.n_kv_heads) * cfg.head_dim + 3 * ffn
     return {"logits": rows * cfg.vocab_size * 4, "sampling": device_bytes(rows, cfg.vocab_size),
             "attention": chunk * cfg.n_heads * context * 4, "activations": tokens * layer * 4}
@@ -112,6 +112,7 @@ async def bootstrap(svc: Service) -> None:
     free = backend.free_bytes()
     step = step_buffers(model.config, s.max_sessions, PREFILL_CHUNK, s.kv_budget_bytes)
     check_memory(backend.info, backend.resident_bytes, s.kv_budget_bytes, free, model.name, step, s.max_sessions)
+    backend.plan_kv(s.kv_budget_bytes)  # the KV pool's pages for the budget, taken at the first cache
     log.info("loaded %s in %.2fs: %.1f MiB of weights on cuda:%d, %.2f GiB free", describe(model),
              time.perf_counter() - t0, backend.resident_bytes / 2**20, index, free / 2**30)
     svc.starting = "warming up the cuda kernels (a first start compiles them)"

@@ -34,7 +34,7 @@ F64_BY_DESIGN = {"sample"}  # sampler.py: float64, step for step as engine/sampl
 def signatures(k, sampler) -> dict:
     f32, u8, u16, i64, flag = T.float32, T.uint8, T.uint16, T.int64, T.boolean
     m32, v32, x3, c4 = array(f32, 2), array(f32, 1), array(f32, 3), array(f32, 4)
-    ids = array(i64, 1)
+    ids, table, p5 = array(i64, 1), array(T.int32, 1), array(f32, 5)  # p5: KV pages (pages, L, Hkv, PAGE, D)
     sigs = {}
     for q, (linear, lookup) in k.QUANT_KERNELS.items():
         sigs[f"linear {q}"] = (linear, (array(u8, 2), v32, m32, v32, flag, m32))
@@ -46,8 +46,10 @@ def signatures(k, sampler) -> dict:
         "lookup_bits": (k.lookup_bits, (array(u16, 2), v32, ids, f32, m32)),
         "rmsnorm": (k.rmsnorm, (m32, v32, f32, m32)),
         "rope": (k.rope, (x3, ids, m32, m32, x3)),
-        "store_kv": (k.store_kv, (x3, x3, i64, i64, c4, c4, i64, i64)),
-        "attention": (k.attention, (x3, i64, i64, c4, c4, i64, i64, i64, f32, f32, v32, x3, x3)),
+        "store_kv": (k.store_kv, (x3, x3, x3, i64, i64, p5, p5, p5, table, i64, i64)),
+        "pages_to_rows": (k.pages_to_rows, (p5, table, i64, c4)),
+        "rows_to_pages": (k.rows_to_pages, (c4, table, i64, p5)),
+        "attention": (k.attention, (x3, i64, i64, p5, p5, table, i64, i64, i64, f32, f32, v32, x3, x3)),
         "gated_silu": (k.gated_silu, (v32, v32, v32)),
         "gated_gelu_tanh": (k.gated_gelu_tanh, (v32, v32, v32)),
         "add_into": (k.add_into, (v32, v32, v32)),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fak_engine_cuda.backend import CudaKVCache
+from fak_engine_cuda.backend import CudaKVCache, KVPages
 from fakcore.engine.backend import BackendError, Segment
 from fakcore.engine.kvcache import KVCache
 from fakcore.engine.reference import ReferenceBackend
@@ -41,11 +41,14 @@ def attend(backend, caches, q, k, v, rows, slopes, device):
 
 
 def caches(kind, be, history):
-    made = [CudaKVCache(1, N_KV, HD, capacity=4, rope=be.host_rope) if kind == "cuda" else KVCache(1, N_KV, HD, capacity=4)
-            for _ in range(2)]
-    made[1].write(0, 0, history[0], history[0], history[1])
-    made[1].keys_changed(0, 4)
-    made[1].commit([1, 2, 3, 4])
+    host = [KVCache(1, N_KV, HD, capacity=4) for _ in range(2)]
+    host[1].write(0, 0, history[0], history[0], history[1])
+    host[1].commit([1, 2, 3, 4])
+    if kind != "cuda":
+        return host
+    pages = KVPages(be, (1, N_KV, HD), 2)
+    made = [CudaKVCache(be, pages, 1, N_KV, HD, capacity=4, rope=be.host_rope) for _ in range(2)]
+    made[1].copy_prefix(host[1], 4)  # the history up into the second cache's pages
     return made
 
 

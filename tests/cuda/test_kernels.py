@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fak_engine_cuda.backend import CudaKVCache
+from fak_engine_cuda.backend import CudaKVCache, KVPages
 from fakcore.engine.backend import BackendError, Segment
 from fakcore.engine.kvcache import KVCache
 from fakcore.engine.reference import ReferenceBackend
@@ -115,21 +115,21 @@ def test_attention_matches_the_reference_and_fills_the_cache(be, window, softcap
     n_heads, n_kv, hd = 4, 2, 16
     q = rng.standard_normal((5, n_heads, hd)).astype(np.float32)
     k_pre, k, v = (rng.standard_normal((5, n_kv, hd)).astype(np.float32) for _ in range(3))
-    ours = [CudaKVCache(1, n_kv, hd, capacity=4, rope=be.host_rope) for _ in range(2)]
+    pages = KVPages(be, (1, n_kv, hd), 1)  # one page of PAGE slots: the second cache makes the pool grow
+    ours = [CudaKVCache(be, pages, 1, n_kv, hd, capacity=4, rope=be.host_rope) for _ in range(2)]
     theirs = [KVCache(1, n_kv, hd, capacity=4) for _ in range(2)]
     history = rng.standard_normal((2, 3, n_kv, hd)).astype(np.float32)  # the second sequence has 3 cached tokens
-    for caches in (ours, theirs):
-        caches[1].write(0, 0, history[0], history[0], history[1])
-        if caches is ours:
-            caches[1].keys_changed(0, 3)  # what a move of the host arrays does: the device copy follows
-        caches[1].commit([1, 2, 3])
+    theirs[1].write(0, 0, history[0], history[0], history[1])
+    theirs[1].commit([1, 2, 3])
+    ours[1].copy_prefix(theirs[1], 3)  # a host cache's slots up into the pages
+    assert pages.total > 1 and ours[0].page_ids != ours[1].page_ids
     rows = [slice(0, 2), slice(2, 5)]  # 2 new tokens of a fresh sequence, 3 of the one with history
     got = be.to_host(be.attention(dev(be, q), dev(be, k_pre), dev(be, k), dev(be, v), [Segment(c, r) for c, r in zip(ours, rows, strict=True)],
                                   0, window, 0.25, softcap))
     want = ref.attention(q, k_pre, k, v, [Segment(c, r) for c, r in zip(theirs, rows, strict=True)], 0, window, 0.25, softcap)
     close(got, want)
-    for a, b in zip(ours, theirs, strict=True):  # both copies of the cache hold exactly the rows written (capacity grew)
+    for a, b in zip(ours, theirs, strict=True):  # the pages hold exactly the rows written
         n = b.length + (2 if b is theirs[0] else 3)
-        assert np.array_equal(a.k[:, :, :n], b.k[:, :, :n]) and np.array_equal(a.k_pre[:, :, :n], b.k_pre[:, :, :n])
-        assert np.array_equal(a.dk.copy_to_host()[:, :, :n], b.k[:, :, :n])
-        assert np.array_equal(a.dv.copy_to_host()[:, :, :n], b.v[:, :, :n])
+        keys, values, pre = a.device_rows(0, n)
+        assert np.array_equal(keys, b.k[:, :, :n]) and np.array_equal(values, b.v[:, :, :n])
+        assert np.array_equal(pre, b.k_pre[:, :, :n])
