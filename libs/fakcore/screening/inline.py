@@ -27,18 +27,19 @@ The tables, by script: rules_en.py (English, and DESCRIPTION_RULES for tool desc
 (seven languages, each built from one table of its words), rules_cjk.py (Japanese, Chinese, Korean). A
 rule's score means the same in all of them; this file is how they run.
 
-How they run, for speed (a 4k-character result in a few milliseconds):
+How they run, for speed (a 4k-character result in about a millisecond, p99 ~2.5 ms):
 - patterns are written in lower case and run without re.IGNORECASE on the lower-cased text (IGNORECASE
   makes Python's engine try every position); a leading word boundary is checked after the match, so a
   pattern can start with a literal the engine skips to;
 - a rule runs only if its needles (substrings every match contains) are in the text, and a language's rules
-  only if the text has signs of the language (LANG_SIGNS: its script, its commonest short words); on a long
-  text, one numpy pass (a bitmap of its character triples) first rules out every rule whose needles cannot be
-  there, and most needles with them, instead of a str.find per needle (`_Plan`);
+  only if the text has signs of the language (LANG_SIGNS: its script, its commonest short words); one
+  compiled pass (needles.py) looks every needle, start string and sign up at once, and rules out every
+  rule a group of whose needles is not there, instead of a str.find per string (`_Plan`);
 - on a long text a rule runs only in windows around its needles (as wide as its longest match);
 - where the engine cannot skip ahead (a pattern that opens with a group of alternatives, each a group of
   words: "(?:send|forward)…|(?:reveal|print)…"), a rule is tried only where one of the strings its matches
-  start with is (`_starts`);
+  start with is (`_starts`); one that opens on a clause's start ("(?:^|[\\n.:]\\s*)(?:assistant|ai)…") only
+  at the words' start strings and just before them (`_lead`);
 - a decoded layer needs only its strongest detector: its rules run strongest first, each to its first
   match, and stop once that is settled (`_strongest`);
 - a claim that needs two parts ("already approved" … "assistant,") matches the rarer part and looks for
@@ -53,8 +54,6 @@ Where: `InlineResult.spans` are the (start, end) in the content, as it arrived, 
 from __future__ import annotations
 
 import bisect
-import functools
-import itertools
 import re
 from dataclasses import dataclass
 
@@ -63,6 +62,7 @@ import numpy as np
 from fakcore.screening import rules_cjk, rules_en, rules_intl
 from fakcore.screening.normalize import Revealed, reveal
 from fakcore.screening.rules import Rule
+from fakcore.screening.shapes import Lead, _lead, _starts, _width
 
 RULES: list[Rule] = rules_en.RULES + rules_intl.RULES + rules_cjk.RULES  # in this order: ties go to the first
 DESCRIPTION_RULES: list[Rule] = rules_en.DESCRIPTION_RULES
@@ -70,118 +70,68 @@ LANG_SIGNS: dict[str, re.Pattern[str] | tuple[str, ...]] = {**rules_intl.SIGNS, 
 
 _ASCII_SIGNS = {lang: tuple(n for n in signs if n.isascii()) for lang, signs in LANG_SIGNS.items() if isinstance(signs, tuple)}
 
-_WINDOW = 600  # the most characters either side of a needle that a match can reach
 _NEAR = 100  # how far apart the two halves of a `near` rule may be
-_RUN = 40  # what a real unbounded run (\s*, \w+, [^)\s]+) stays within
 
 
-@functools.cache
-def _width(pattern: re.Pattern[str]) -> int:
-    """The longest string the pattern matches in practice (a match lies within this of its needle): an
-    unbounded repeat (\\s*, \\w+) counted as _RUN characters; _WINDOW if the parser is not there."""
-    try:
-        import re._parser as sre  # the engine's own parser (what re.compile runs)
-
-        tree = sre.parse(pattern.pattern, pattern.flags)
-    except (ImportError, AttributeError, re.error):
-        return _WINDOW
-
-    def width(items) -> int:
-        total = 0
-        for op, av in items:
-            name = str(op)
-            if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
-                lo, hi, sub = av
-                total += (hi if hi != sre.MAXREPEAT else max(lo, _RUN)) * width(sub)
-            elif name == "BRANCH":
-                total += max(width(alt) for alt in av[1])
-            elif name in ("SUBPATTERN", "ATOMIC_GROUP"):
-                total += width(av if name == "ATOMIC_GROUP" else av[-1])
-            elif name in ("AT", "ASSERT", "ASSERT_NOT"):
-                pass
-            else:
-                total += 1
-        return total
-
-    return min(width(tree), _WINDOW)
+_OF: dict[tuple[str, int], tuple] = {}
 
 
-@functools.cache
-def _starts(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
-    """The strings (two characters or more) one of which every match of the pattern starts with, for a
-    pattern the engine cannot skip ahead in; else None. The engine skips only to a leading literal or set of
-    them: before a group of alternatives that each start with a group ("(?:send|forward)… |(?:reveal|print)…")
-    it tries a match at every place, which `_search` avoids by trying only where one of these is."""
-    try:
-        import re._compiler as sre_compile
-        import re._parser as sre
-
-        tree = sre.parse(pattern.pattern, pattern.flags)
-        if pattern.flags & re.IGNORECASE or sre_compile._get_literal_prefix(tree, pattern.flags)[0] \
-                or sre_compile._get_charset_prefix(tree, pattern.flags):
-            return None
-    except (ImportError, AttributeError, re.error):
-        return None
-
-    def first(items: list, i: int = 0) -> set[str] | None:
-        if i == len(items):
-            return None  # the rest may match nothing: the match may start anywhere
-        op, av = items[i]
-        name = str(op)
-        if name == "LITERAL":
-            run, j = "", i
-            while j < len(items) and str(items[j][0]) == "LITERAL":
-                run += chr(items[j][1])
-                j += 1
-            after = first(items, j) if len(run) < 4 else None  # "th" + (is|e) reads better as "thi", "the"
-            return {run + a for a in after} if after is not None and len(after) <= 32 else {run}
-        if name == "IN":
-            chars: set[str] = set()
-            for kind, value in av:
-                if str(kind) == "LITERAL":
-                    chars.add(chr(value))
-                elif str(kind) == "RANGE" and value[1] - value[0] < 16:
-                    chars.update(chr(c) for c in range(value[0], value[1] + 1))
-                else:
-                    return None  # negated, a category (\s), or large
-            return chars
-        if name == "BRANCH":  # (?:a|b)c starts as ac or as bc
-            out: set[str] = set()
-            for alt in av[1]:
-                sub = first(list(alt) + list(items[i + 1:]))
-                if sub is None:
-                    return None
-                out |= sub
-            return out
-        if name in ("SUBPATTERN", "ATOMIC_GROUP"):
-            return first(list(av if name == "ATOMIC_GROUP" else av[-1]) + list(items[i + 1:]))
-        if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
-            body = first(list(av[2]))  # alone: what follows a repeat depends on how often it ran
-            if body is None or av[0] >= 1:
-                return body
-            rest = first(items, i + 1)
-            return None if rest is None else body | rest
-        if (name == "AT" and str(av) in ("AT_BOUNDARY", "AT_NON_BOUNDARY")) or name in ("ASSERT", "ASSERT_NOT"):
-            return first(items, i + 1)  # looks without moving: the match starts with what follows
-        return None  # ^, \w, a negated set…: anywhere
-
-    found = first(list(tree))
-    if found is None or min(map(len, found)) < 2:  # a single character ("." or a newline) is in too many places
-        return None
-    return tuple(sorted(found))
+def _of(what, pattern: re.Pattern[str]):
+    """what(pattern) (`_width` or `_starts`), remembered by the pattern's identity: a re.Pattern hashes its
+    whole compiled program (1-10 µs for the long patterns here), which a functools.cache lookup per rule
+    and text paid."""
+    key = (what.__name__, id(pattern))
+    hit = _OF.get(key)
+    if hit is None or hit[0] is not pattern or hit[1] is not what:  # another pattern at that address, or patched
+        hit = _OF[key] = (pattern, what, what(pattern))
+    return hit[2]
 
 
-def _candidates(subject: str, tokens: tuple[str, ...], a: int, b: int) -> list[int] | None:
+def _candidates(subject: str, tokens: tuple[str, ...], a: int, b: int, found: _Found | None = None) -> list[int] | None:
     """Where in subject[a:b] a match may start (one of `tokens` is there), sorted; None if in more than one
-    place in 8 (the engine's own scan is as fast then)."""
+    place in 8 (the engine's own scan is as fast then). `found`: where the tokens are in the subject, if
+    looked up already."""
     limit, out = (b - a) // 8, set()
     for token in tokens:
+        places = found.places(token) if found is not None else None
+        if places is not None:
+            out.update(i for i in places if a <= i and i + len(token) <= b)
+            if len(out) > limit:
+                return None
+            continue
         i = subject.find(token, a, b)
         while i >= 0:
             out.add(i)
             if len(out) > limit:
                 return None
             i = subject.find(token, i + 1, b)
+    return sorted(out)
+
+
+def _led_candidates(low: str, leads: tuple[Lead, ...], a: int, b: int, found: _Found | None) -> list[int] | None:
+    """Where in low[a:b] a match of a pattern with `_lead`s may start: at each place c of a lead's start
+    strings, and for a clause's lead also in the spaces right before c (\\s* matches what str.isspace
+    says) and at the character before those spaces if it is one of the lead's; sorted; None if in more
+    than one place in 8."""
+    limit, out = (b - a) // 8, set()
+    for chars, words in leads:
+        at = _candidates(low, words, a, b, found)
+        if at is None:
+            return None
+        for c in at:
+            out.add(c)
+            if chars is None:
+                continue
+            r = c
+            while r > a and low[r - 1].isspace():
+                r -= 1
+                if c - r > limit:
+                    return None
+            out.update(range(r, c))
+            if r > a and low[r - 1] in chars:
+                out.add(r - 1)
+        if len(out) > limit:
+            return None
     return sorted(out)
 
 
@@ -279,66 +229,56 @@ def _lower(text: str) -> str:
 
 
 # -- which rules can fire on a text: one pass over it instead of a str.find per needle ----------------------
-# A long text gets a bitmap of the hashes of every character, pair and triple of characters in it (numpy, one
-# pass). A needle one of whose triples (its pair or character, if shorter) is not in the bitmap is not in the
-# text, and a rule one of whose needle groups has no needle left cannot fire: numpy works that out for every
-# rule at once (`_Plan.may_fire`), and those rules are skipped. The others are admitted as before, needle by
-# needle, less the needles ruled out (a hash collision only costs a lookup), so the bitmap changes no verdict
-# (tests/unit/screening/test_inline_shortcuts.py). On the bench's 4k
-# texts it cuts the ~430 needle lookups to ~40 and the inline stage's CPU time by a quarter.
-_GRAMS_FROM = 512  # characters: below this a text's needle lookups cost about what its bitmap does
-_GRAM_BITS = 16  # 2^16 entries: a 4k-character text sets ~6% of them
-_A, _B, _C, _PAIR, _ONE = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F, 0x165667B1  # odd multipliers spread the bits
-
-
-def _text_grams(low: str) -> np.ndarray:
-    """The text's bitmap: entry h is 1 if some character, pair or triple of characters hashes to h."""
-    c = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), np.uint32)
-    a, b = c * np.uint32(_A), c * np.uint32(_B)  # uint32 products wrap, as `_needle_grams` masks them
-    shift = np.uint32(32 - _GRAM_BITS)
-    bitmap = np.zeros(1 << _GRAM_BITS, np.uint8)
-    bitmap[(a ^ np.uint32(_ONE)) >> shift] = 1
-    bitmap[(a[:-1] ^ b[1:] ^ np.uint32(_PAIR)) >> shift] = 1
-    bitmap[(a[:-2] ^ b[1:-1] ^ (c[2:] * np.uint32(_C))) >> shift] = 1
-    return bitmap
-
-
-def _needle_grams(needle: str) -> list[int]:
-    """The entries a needle's triples (its pair or character, if shorter) hash to, as in `_text_grams`."""
-    cs, m, shift = [ord(ch) for ch in needle], 0xFFFFFFFF, 32 - _GRAM_BITS
-    if len(cs) == 1:
-        return [((cs[0] * _A & m) ^ _ONE) >> shift]
-    if len(cs) == 2:
-        return [((cs[0] * _A & m) ^ (cs[1] * _B & m) ^ _PAIR) >> shift]
-    return sorted({((x * _A & m) ^ (y * _B & m) ^ (z * _C & m)) >> shift for x, y, z in zip(cs, cs[1:], cs[2:], strict=False)})
+# Every needle of a rule list, every string its rules' matches start with (`_starts`) and every language's
+# signs are looked up in the text together, in one compiled pass (needles.py: exact, each string's count and
+# first places). A rule one of whose needle groups has none there cannot fire, which the pass works out for
+# every rule at once (`_Plan.may_fire`); the others are admitted, windowed and tried where their matches
+# can start from what the pass found, with no str.find. (It replaced a bitmap of character triples that
+# ruled out most rules but left their needles, windows and start strings to str.find: ~430 lookups a 4k
+# text, most of them over all of it.)
+_SCAN_FROM = 64  # characters: below this the few needles a text could hold cost less looked up one by one
 
 
 class _Plan:
-    """A rule list's needles, grouped as its rules group them, for `may_fire`: rule r's groups are
-    groups[group_at[r]:group_at[r + 1]], group g's needles needles[needle_at[g]:needle_at[g + 1]], needle n's
-    bitmap entries entries[entry_at[n]:entry_at[n + 1]] (a rule without needles gets one group of "")."""
+    """A rule list's strings to look up in one pass: their needles (grouped as the rules group them), the
+    strings their matches start with and the languages' signs."""
 
     def __init__(self, rules: list[Rule]):
-        self.rules = rules
-        groups = [r.needles or (("",),) for r in rules]
-        needles = [n for gs in groups for g in gs for n in g]
-        grams = [_needle_grams(n) if n else [] for n in needles]
-        self.always = np.asarray([not n for n in needles])  # "" is in every text (its one entry is a stand-in)
-        self.entries = np.asarray([h for g in grams for h in (g or [0])], np.intp)
-        self.entry_at = np.cumsum([0] + [max(1, len(g)) for g in grams[:-1]])
-        self.needle_at = np.cumsum([0] + [len(g) for gs in groups for g in gs][:-1])
-        self.group_at = np.cumsum([0] + [len(gs) for gs in groups[:-1]])
-        self.needles = needles
-        self.rule_of = np.repeat(np.arange(len(rules)), [sum(map(len, gs)) for gs in groups])  # per needle
+        from fakcore.screening.needles import Vocabulary
 
-    def may_fire(self, low: str) -> tuple[list[bool], dict[str, int]]:
-        """Per rule: False if a group of its needles has none in the text (so it cannot fire); and
-        {needle: -1} for the needles of the other rules that are not in the text (they need no lookup)."""
-        there = np.minimum.reduceat(_text_grams(low)[self.entries], self.entry_at).astype(bool) | self.always
-        group = np.maximum.reduceat(there, self.needle_at)
-        fires = np.minimum.reduceat(group, self.group_at)
-        absent = itertools.compress(self.needles, (~there & fires[self.rule_of]).tolist())
-        return fires.tolist(), dict.fromkeys(absent, -1)
+        self.rules = rules
+        groups = [r.needles for r in rules]
+        strings = dict.fromkeys(n for gs in groups for g in gs for n in g if n)
+        strings.update(dict.fromkeys(t for r in rules if not r.cased for t in (_starts(r.pattern) or ())))
+        strings.update(dict.fromkeys(n for signs in LANG_SIGNS.values() if isinstance(signs, tuple) for n in signs if n))
+        # a group with "" always has a needle: the rule runs (as one without needles does)
+        self.vocabulary = Vocabulary(list(strings), [() if any("" in g for g in gs) else gs for gs in groups])
+
+    def may_fire(self, low: str) -> tuple[list[bool], _Found]:
+        """Per rule: False if a group of its needles has none in the text (so it cannot fire); and where
+        every string of the plan is."""
+        counts, first, spots = self.vocabulary.scan(low)
+        return self.vocabulary.fires(counts).tolist(), _Found(self.vocabulary.index, counts, first, spots)
+
+
+class _Found:
+    """Where the plan's strings are in one text: how often, and their first needles.SPOTS places."""
+
+    def __init__(self, index: dict[str, int], counts: np.ndarray, first: np.ndarray, spots: np.ndarray):
+        from fakcore.screening.needles import SPOTS
+
+        self.index, self.counts, self.spots, self.limit = index, counts, spots, SPOTS
+        self.first = first.tolist()  # what str.find gives: looked up often, so a list
+
+    def places(self, s: str) -> list[int] | None:
+        """Every place of s, if it is a string of the plan found at most SPOTS times; else None."""
+        i = self.index.get(s)
+        if i is None:
+            return None
+        if self.first[i] < 0:
+            return []
+        count = int(self.counts[i])
+        return self.spots[i, :count].tolist() if count <= self.limit else None
 
 
 _PLANS: dict[str, _Plan] = {}  # per kind of content (_FOR_KIND), made on first use
@@ -356,12 +296,14 @@ def _plan(rules: list[Rule]) -> _Plan | None:
 
 def prepare() -> None:
     """Do now what the rules otherwise do on first use (parse every pattern for its width and the strings its
-    matches start with, list every needle): ~0.3 s, which a first long text would pay. The Screener calls it."""
+    matches start with, list every needle, compile the needle pass): ~0.5 s, which a first text would pay.
+    The Screener calls it."""
     for r in RULES + DESCRIPTION_RULES:
-        _width(r.pattern)
-        _starts(r.pattern)
+        _of(_width, r.pattern)
+        _of(_starts, r.pattern)
+        _of(_lead, r.pattern)
     for rules in _FOR_KIND.values():
-        _plan(rules)
+        _plan(rules).may_fire("warm-up: the needle pass")
 
 
 class _Text:
@@ -370,25 +312,34 @@ class _Text:
 
     def __init__(self, text: str, rules: list[Rule] | None = None):
         self.text, self.low, self.ascii = text, _lower(text), text.isascii()
-        # per rule of `rules`: whether its needles may be in the text (a long text's, from its bitmap)
-        plan = _plan(rules) if rules is not None and len(self.low) >= _GRAMS_FROM else None
+        # per rule of `rules`: whether its needles may be in the text, and where the plan's strings are
+        plan = _plan(rules) if rules is not None and len(self.low) >= _SCAN_FROM else None
         self.may_fire: list[bool] | None = None
-        self._first: dict[str, int] = {}  # needle -> where it first is (-1: not in the text)
+        self.found: _Found | None = None
         if plan is not None:
-            self.may_fire, self._first = plan.may_fire(self.low)
+            self.may_fire, self.found = plan.may_fire(self.low)
+        self._first: dict[str, int] = {}  # needle -> where it first is (-1: not in the text), looked up
         self._spots: dict[str, list[int] | None] = {}
         self._langs: dict[str, bool] = {}
         self._groups: dict[tuple[str, ...], bool] = {}  # rules share groups (a language's words for the AI)
         self._group_spots: dict[tuple[str, ...], list[int] | None] = {}
 
+    def find(self, needle: str) -> int:
+        """Where the needle first is in the lower-cased text, -1 if nowhere."""
+        i = self._first.get(needle)
+        if i is None:
+            j = self.found.index.get(needle) if self.found is not None else None
+            i = self._first[needle] = self.found.first[j] if j is not None else self.low.find(needle)
+        return i
+
     def has_any(self, needles: tuple[str, ...]) -> bool:
         """One of the needles is in the text (each looked up once a text; a rule's admission is the hot loop,
         hence the lookups written out here)."""
-        first, low = self._first, self.low
+        first = self._first
         for needle in needles:
             i = first.get(needle)
             if i is None:
-                i = first[needle] = low.find(needle)
+                i = self.find(needle)
             if i >= 0:
                 return True
         return False
@@ -410,8 +361,12 @@ class _Text:
     def spots(self, needle: str) -> list[int] | None:
         """Where the needle is (None: too often for windows to pay)."""
         if needle not in self._spots:
-            out: list[int] | None = []
-            i = self._first.get(needle, -1) if needle in self._first else self.low.find(needle)
+            out: list[int] | None = self.found.places(needle) if self.found is not None else None
+            if out is not None:
+                self._spots[needle] = out if len(out) <= 32 else None
+                return self._spots[needle]
+            out = []
+            i = self.find(needle)
             while i >= 0:
                 out.append(i)
                 if len(out) > 32:
@@ -448,7 +403,7 @@ def _windows(t: _Text, rule: Rule) -> list[tuple[int, int]]:
     """Where a match can be: within the rule's width of a needle of its first group (every match contains
     one), each window running on to the end of its line (so $, \\b and lookaheads see what they would)."""
     n = len(t.low)
-    width = _width(rule.pattern)  # computed on first use (parsing every pattern at import costs 0.2 s)
+    width = _of(_width, rule.pattern)  # computed on first use (parsing every pattern at import costs 0.2 s)
     if not rule.needles or n <= 4 * width:
         return [(0, n)]
     spots = t.group_spots(rule.needles[0])
@@ -493,11 +448,16 @@ def _matches(rule: Rule, t: _Text):
     """(start, end) of the rule's matches that start at a word boundary and are not quoted as an example."""
     text, low = t.text, t.low
     pattern, subject = rule.pattern, text if rule.cased else low
-    tokens = _starts(pattern)
-    if tokens and not rule.cased:  # those looked up as needles and not in the text are in no window
-        tokens = tuple(token for token in tokens if t._first.get(token, 0) >= 0)
+    tokens = _of(_starts, pattern)
+    found = t.found if not rule.cased else None
+    if tokens and found is not None:  # those not in the text are in no window
+        tokens = tuple(token for token in tokens if t.find(token) >= 0)
+    lead = _of(_lead, pattern) if tokens is None and not rule.cased else None
     for pos, end in _windows(t, rule):
-        starts = _candidates(subject, tokens, pos, end) if tokens is not None else None
+        if tokens is not None:
+            starts = _candidates(subject, tokens, pos, end, found)
+        else:
+            starts = _led_candidates(low, lead, pos, end, found) if lead is not None else None
         while (m := _search(pattern, subject, pos, end, starts)) is not None:
             s, e = m.start(), m.end()
             pos = max(e, s + 1)

@@ -179,13 +179,20 @@ class Layout:
     spans: list[tuple[int, int, int]]
 
 
-def layout(text: str, revealed: Revealed | None = None) -> tuple[str, list[Layout]]:
+def layout(text: str, revealed: Revealed | None = None, compiled: bool = False) -> tuple[str, list[Layout]]:
     """`reveal(text).text` and the window layout of each of its segments (the text, then each decoded layer)
-    with at least two characters; `revealed`: `reveal(text)` if the caller has it already."""
+    with at least two characters; `revealed`: `reveal(text)` if the caller has it already; `compiled`:
+    segments and clauses from fastmodel.py's loops (the same arrays) instead of this file's numpy."""
     r = reveal(text) if revealed is None else revealed
+    if compiled:
+        from fakcore.screening import fastmodel
+
+        segment_of, clauses_of = fastmodel.segment, fastmodel.clauses
+    else:
+        segment_of, clauses_of = segment, _clauses
     out = []
     for k, seg_text in enumerate([r.text, *(t for _, t in r.layers)]):
-        seg = segment(seg_text)
+        seg = segment_of(seg_text)
         n = len(seg.cp)
         if n < 2:
             continue
@@ -194,7 +201,7 @@ def layout(text: str, revealed: Revealed | None = None) -> tuple[str, list[Layou
         lo = np.arange(count) * stride
         c0 = np.minimum(np.searchsorted(seg.units, lo, side="left"), n - 1)
         c1 = np.maximum(np.minimum(np.searchsorted(seg.units, lo + WINDOW, side="left"), n), c0 + 1)
-        q0, q1 = _clauses(seg)
+        q0, q1 = clauses_of(seg)
         if k == 0:
             spans = [(a, e, 0) for a, e in zip(seg.pos[c0].tolist(), (seg.pos[c1 - 1] + 1).tolist(), strict=True)]
             spans += [(a, e, 0) for a, e in zip(seg.pos[q0].tolist(), (seg.pos[q1 - 1] + 1).tolist(), strict=True)]
@@ -267,7 +274,7 @@ class NgramModel:
         from fakcore.screening import fastmodel  # it imports this module's constants
 
         out = []
-        for lay in layout(text, revealed)[1]:
+        for lay in layout(text, revealed, compiled=True)[1]:
             z = fastmodel.logits(lay, self.w, self.b)
             p = 1.0 / (1.0 + np.exp(-z))
             out += [(float(p[i]), a, e) for i, (a, e, _) in enumerate(lay.spans) if z[i] == z[i]]  # nan: no features

@@ -55,3 +55,22 @@ def test_a_model_of_random_weights_too(model):
     other = NgramModel(w=rng.normal(0, 1, DIM).astype(np.float32), b=-0.3, threshold=0.5)
     pool = [e.text for e in corpus.build(clean=100, hard=100, injected=100, notes=20)]
     assert max(_same(other, t) for t in EDGES + pool) < 1e-9
+
+
+def test_the_compiled_segments_and_clauses_are_the_numpy_ones():
+    """fastmodel.segment / fastmodel.clauses (what the scoring pass lays its windows out with) give
+    model.segment / model._clauses's arrays, dtypes included, on the corpus and on random strings of the
+    characters they treat apart (separators, spaces, sentence ends, format characters, CJK, digits)."""
+    from fakcore.screening import fastmodel, model
+
+    rng = np.random.default_rng(1)
+    alphabet = list(" \n\t.!?。！？\"<>;|a1Z\u200d\u00ad\u3000\u00a0日한é\ufeff\u202a\u2029")
+    texts = [e.text for e in corpus.build(clean=200, hard=200, injected=200, notes=40)] + EDGES
+    texts += ["".join(rng.choice(alphabet, size=int(rng.integers(0, 200)))) for _ in range(2000)]
+    for text in texts:
+        a, b = model.segment(text), fastmodel.segment(text)
+        for f in ("cp", "pos", "units", "raw"):
+            x, y = getattr(a, f), getattr(b, f)
+            assert x.dtype == y.dtype and np.array_equal(x, y), (f, text[:60])
+        for x, y in zip(model._clauses(a), fastmodel.clauses(b), strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y), text[:60]

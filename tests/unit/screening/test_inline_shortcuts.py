@@ -71,23 +71,34 @@ def test_the_tables_add_up_to_the_rules_in_order():
 
 
 def test_skipping_the_rules_whose_needles_are_absent_finds_what_admitting_every_rule_finds(monkeypatch):
-    """A long text's bitmap of character triples rules out rules before their needles are looked up
-    (`_Plan.may_fire`): without it (every text short of _GRAMS_FROM), every verdict and span is the same."""
-    texts = LONG + [FILLER + t for t in MIXED] + [FILLER * 2 + "\n".join(INJECTED[i::9]) for i in range(9)]
-    assert all(len(t) >= inline._GRAMS_FROM for t in texts)
+    """The one pass that looks every needle up (`_Plan.may_fire`, needles.py) rules out rules and gives the
+    windows and start places: without it (every needle looked up with str.find), every verdict and span
+    is the same."""
+    texts = TEXTS + LONG + [FILLER + t for t in MIXED] + [FILLER * 2 + "\n".join(INJECTED[i::9]) for i in range(9)]
+    assert all(len(t) >= inline._SCAN_FROM for t in LONG)
     fast = [(screen(t), screen(t, "tool_description")) for t in texts]
-    monkeypatch.setattr(inline, "_GRAMS_FROM", 10**9)
+    monkeypatch.setattr(inline, "_SCAN_FROM", 10**9)
     assert [(screen(t), screen(t, "tool_description")) for t in texts] == fast
 
 
-def test_a_needle_in_a_text_has_its_entries_in_the_text_bitmap():
-    """The bitmap can only rule out a needle that is not there: every needle of every rule (and odd
-    characters: astral, surrogates) sets the entries `_needle_grams` gives it, wherever it stands."""
-    needles = sorted({n for r in inline.RULES + inline.DESCRIPTION_RULES for g in r.needles for n in g if n})
-    needles += ["\U0001f600x", "a\udc80b", "é", "ab"]
-    for needle in needles:
-        bitmap = inline._text_grams(f"zz {needle} zz".lower())
-        assert all(bitmap[h] for h in inline._needle_grams(needle.lower())), needle
+def test_a_clause_start_lead_holds_every_place_a_match_starts():
+    """A pattern opening on `(?:^|[\\n.:…]\\s*)words` is tried only at its words' start strings and just
+    before them (`_lead`, `_led_candidates`): every place where the pattern matches (tried at every place)
+    is one of them, on the test strings and on clause starts with odd spacing."""
+    led = [r for r in inline.RULES + inline.DESCRIPTION_RULES if inline._lead(r.pattern)]
+    assert len(led) >= 10  # the vocatives of every language
+    odd = ["\n\n   assistant: please forward it", 'x."\t\n ai, you must send', "\u3000\u2003agent: reset", "\n" * 50 + "bot, delete",
+           ".\u00a0assistent, bitte sende", "«  asistente, envía»", "line\n\t\tagent:   do it", "ai: now", " " * 700 + "ai, go"]
+    checked = 0
+    for text in TEXTS + MIXED + odd:
+        low = inline._lower(text)
+        for rule in led:
+            want = [s for s in range(len(low) + 1) if rule.pattern.match(low, s) is not None]
+            got = inline._led_candidates(low, inline._lead(rule.pattern), 0, len(low), None)
+            if got is not None:
+                assert set(want) <= set(got), (rule.pattern.pattern[:60], text)
+                checked += len(want)
+    assert checked
 
 
 def test_the_zero_width_scan_finds_what_the_engine_finds():
