@@ -156,6 +156,7 @@ class NumbaBackend:
     batch_invariant = True
     rope_features = frozenset({"partial", "attention_factor"})  # fakcore/engine/backend.py; RopeTable, kernels.rope
     attention_features = frozenset({"alibi", "sinks"})  # kernels._attend
+    recurrent_features = frozenset({"gated_deltanet"})  # activations are host arrays (fakcore/engine/deltanet.py)
     isa = ""  # the int8 path's instructions ("avx512-vnni" | "avx2"); empty for f32 activations
 
     def __init__(self, threads: int = 0, activations: str = "f32", isa: str = ""):
@@ -384,7 +385,7 @@ class NumbaBackend:
 
     # -- caches ----------------------------------------------------------------------------------------
     def new_cache(self, config: ModelConfig) -> NumbaKVCache:
-        return NumbaKVCache(config.n_layers, config.n_kv_heads, config.head_dim, rope=self.rope)
+        return NumbaKVCache(config.n_kv_layers, config.n_kv_heads, config.head_dim, rope=self.rope)
 
 
 register_backend("numba", NumbaBackend)

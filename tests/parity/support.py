@@ -4,7 +4,9 @@ as GGUF files the way llama.cpp's convert_hf_to_gguf writes them, and fak run on
 The GGUF writer follows the converter step by step (names through `gguf.get_tensor_name_map`, Q/K row
 permutation for llama, granite and granitemoe, +1 on Gemma norm gains, `rope_freqs` for Llama-3 scaling, MoE experts
 stacked per layer into `ffn_*_exps` (Qwen2MoeModel / OlmoeModel.modify_tensors), GraniteMoE's fused input_linear split
-into `ffn_gate_exps` / `ffn_up_exps` (GraniteMoeModel.modify_tensors), GPT-NeoX's per-head qkv rows regrouped into
+into `ffn_gate_exps` / `ffn_up_exps` and GraniteMoeShared's shared_mlp.input_linear into `ffn_gate_shexp` /
+`ffn_up_shexp` (GraniteMoeModel.modify_tensors), Qwen2-MoE's (1, dim) shared expert gate squeezed to (dim,) and kept
+F32 (prepare_tensors), GPT-NeoX's per-head qkv rows regrouped into
 [q; k; v] (GPTNeoXModel.modify_tensors), StableLM's per-head q/k norms stacked (StableLMModel._stack_qk_norm),
 Phi-3's longrope factor tensors (Phi3MiniModel.generate_extra_tensors), Falcon's qkv rows regrouped from kv groups
 into [q; k; v] (FalconModel.modify_tensors), MPT's config.json names read and its ALiBi / clamp keys written
@@ -146,6 +148,28 @@ FAMILIES: dict[str, Family] = {
                                                           embedding_multiplier=12.0, residual_multiplier=0.25,
                                                           attention_multiplier=0.125, logits_scaling=8.0,
                                                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    # Qwen2-MoE: q/k/v biases, 8 experts of width 32, top 2 not renormalised (HF's default and what llama.cpp
+    # assumes of every qwen2moe GGUF), a shared expert of width 64 behind its sigmoid gate
+    "qwen2moe": Family("qwen2_moe", "qwen2moe", dict(num_hidden_layers=3, tie_word_embeddings=False, num_experts=8,
+                                                     num_experts_per_tok=2, moe_intermediate_size=32,
+                                                     shared_expert_intermediate_size=64, norm_topk_prob=False,
+                                                     use_sliding_window=False,
+                                                     rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    # top 3 of 8 renormalised, a tied head: the converter writes no flag for norm_topk_prob, so safetensors only
+    "qwen2moe-normed": Family("qwen2_moe", "qwen2moe", dict(num_hidden_layers=2, tie_word_embeddings=True, num_experts=8,
+                                                            num_experts_per_tok=3, moe_intermediate_size=32,
+                                                            shared_expert_intermediate_size=64, norm_topk_prob=True,
+                                                            use_sliding_window=False,
+                                                            rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+                              gguf_ok=False),
+    # GraniteMoE with its ungated shared expert (fused gate/up, width 64), written by the converter as granitemoe
+    "granitemoeshared": Family("granitemoeshared", "granitemoe", dict(num_hidden_layers=3, tie_word_embeddings=True,
+                                                                      num_local_experts=8, num_experts_per_tok=2,
+                                                                      intermediate_size=32, shared_intermediate_size=64,
+                                                                      embedding_multiplier=12.0, residual_multiplier=0.25,
+                                                                      attention_multiplier=0.125, logits_scaling=8.0,
+                                                                      rope_parameters={"rope_type": "default",
+                                                                                       "rope_theta": 10000.0})),
     # RoPE scaling on Llama and Qwen2 blocks. Linear: every frequency / 4.
     "llama-linear": Family("llama", "llama", dict(num_hidden_layers=2, tie_word_embeddings=False,
                                                   rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0})),
@@ -218,6 +242,31 @@ FAMILIES: dict[str, Family] = {
                                                          sliding_window=8, swiglu_limit=1.5, swiglu_alpha=1.2,
                                                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
                               gguf_ok=False),
+    # Qwen3-Next, the hybrid: Gated DeltaNet layers (2 key heads of 16, 4 value heads of 8: grouped, a conv of 4)
+    # around one gated attention layer (a quarter of each head rotated), zero-centred norms, the dense MLP on every
+    # layer (mlp_only_layers). No GGUF writer yet (models/qwen3next.py): safetensors only
+    "qwen3next": Family("qwen3_next", "qwen3next", dict(num_hidden_layers=4, tie_word_embeddings=False,
+                                                        layer_types=["linear_attention", "linear_attention",
+                                                                     "full_attention", "linear_attention"],
+                                                        linear_num_key_heads=2, linear_num_value_heads=4,
+                                                        linear_key_head_dim=16, linear_value_head_dim=8,
+                                                        linear_conv_kernel_dim=4, mlp_only_layers=[0, 1, 2, 3],
+                                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                         "partial_rotary_factor": 0.25}),
+                        gguf_ok=False),
+    # the same hybrid with Qwen3-Next's MoE on every layer: 4 experts of width 32, top 2 renormalised, a shared
+    # expert of width 48 gated by sigmoid(shared_expert_gate . x)
+    "qwen3next-moe": Family("qwen3_next", "qwen3next", dict(num_hidden_layers=4, tie_word_embeddings=True,
+                                                            layer_types=["linear_attention", "full_attention",
+                                                                         "linear_attention", "linear_attention"],
+                                                            linear_num_key_heads=2, linear_num_value_heads=4,
+                                                            linear_key_head_dim=16, linear_value_head_dim=8,
+                                                            linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+                                                            moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                                                            norm_topk_prob=True, mlp_only_layers=[],
+                                                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                             "partial_rotary_factor": 0.25}),
+                            gguf_ok=False),
 }
 FORMATS = ("safetensors", "gguf-f32", "gguf-f16", "gguf-q8_0")
 ROUNDING = {"safetensors": "F32", "gguf-f32": "F32", "gguf-f16": "F16", "gguf-q8_0": "Q8_0"}
@@ -251,7 +300,22 @@ def build_hf_model(name: str, matrix_qtype: str = "F32", seed: int = 0) -> torch
                 w = p.numpy().swapaxes(-1, -2) if right else p.numpy()
                 values = np.array(Tensor.from_array(pname, np.ascontiguousarray(w), matrix_qtype).dequantize())
                 p.copy_(torch.from_numpy(np.ascontiguousarray(values.swapaxes(-1, -2) if right else values)))
+    if fam.model_type == "qwen3_next":
+        qwen3next_decay(model, torch.Generator().manual_seed(seed + 2))
     return model
+
+
+def qwen3next_decay(model: torch.nn.Module, gen: torch.Generator) -> None:
+    """A deviation from transformers' init: every Gated DeltaNet's A = exp(A_log) drawn from [0.02, 0.3], not
+    [0.01, 16]. With the init's rates (and this tiny model's large `a`), most heads forget their state within a
+    token: the recurrence would go untested, and the gated norm would rescale the cancellation noise of q.k to
+    unit size (fak and HuggingFace, each float32, then differ far beyond float32 rounding; so do HuggingFace's own
+    chunked and recurrent forms). Here each token keeps 40-100% of the state."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if hasattr(layer, "linear_attn"):
+                a_log = layer.linear_attn.A_log
+                a_log.copy_(torch.empty(a_log.shape).uniform_(0.02, 0.3, generator=gen).log())
 
 
 def mpt_alibi_bias_max(model: torch.nn.Module) -> None:
@@ -455,6 +519,11 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         w.add_expert_used_count(hp["num_experts_per_tok"])
     if arch == "qwen3moe":  # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
+    if arch == "qwen2moe":  # Qwen2MoeModel.set_gguf_parameters
+        w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
+        w.add_expert_shared_feed_forward_length(hp["shared_expert_intermediate_size"])
+    if arch == "granitemoe" and hp.get("shared_intermediate_size"):  # GraniteMoeModel: GraniteMoeShared's width
+        w.add_expert_shared_feed_forward_length(hp["shared_intermediate_size"])
     if arch == "gpt-oss":  # GptOssModel.set_gguf_parameters
         w.add_sliding_window(hp["sliding_window"])
         w.add_expert_feed_forward_length(hp["intermediate_size"])
@@ -521,6 +590,13 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
         if ".mlp.experts." in hf_name:  # Qwen2MoeModel / OlmoeModel.modify_tensors: stacked below
             experts[hf_name] = data
             continue
+        if hf_name.endswith("shared_mlp.input_linear.weight"):  # GraniteMoeModel.modify_tensors (with experts)
+            gate, up = np.split(data, 2, axis=-2)
+            bid = int(hf_name.split(".")[2])
+            tensors[f"blk.{bid}.ffn_gate_shexp.weight"], tensors[f"blk.{bid}.ffn_up_shexp.weight"] = gate, up
+            continue
+        if hf_name.endswith("mlp.shared_expert_gate.weight"):  # (1, dim): prepare_tensors squeezes it to (dim,)
+            data = data.squeeze()
         if hf_name.endswith("block_sparse_moe.input_linear.weight"):  # GraniteMoeModel.modify_tensors: gate, then up
             gate, up = np.split(data, 2, axis=-2)
             bid = int(hf_name.split(".")[2])
@@ -578,7 +654,8 @@ def add_tensor(w: gguf.GGUFWriter, name: str, data: np.ndarray, qtype: str) -> N
     data = np.ascontiguousarray(data, np.float32)
     # prepare_tensors: 1-D tensors, norms and the MoE router (FFN_GATE_INP) stay F32
     # (and every tensor not named .weight: gpt-oss's 2-D expert biases)
-    if data.ndim <= 1 or name.endswith(("_norm.weight", "ffn_gate_inp.weight")) or not name.endswith(".weight") or \
+    if data.ndim <= 1 or name.endswith(("_norm.weight", "ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")) or \
+            not name.endswith(".weight") or \
             qtype == "F32":
         w.add_tensor(name, data)
     elif qtype == "F16":

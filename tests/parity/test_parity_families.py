@@ -46,7 +46,8 @@ def test_gguf_and_safetensors_give_the_same_architecture(name, tmp_path):
             "layer_rope_theta", "tie_embeddings", "eos_ids", "post_norm", "qk_norm_full", "n_experts",
             "n_experts_used", "expert_ffn_dim", "expert_weights_norm", "norm", "norm_bias", "rotary_dim",
             "parallel_residual", "shared_ffn_norm", "gated_mlp", "attn_out_bias", "mlp_bias", "qk_norm_per_head",
-            "residual_scale", "logit_scale", "alibi_max_bias", "alibi_slopes", "clip_qkv")
+            "residual_scale", "logit_scale", "alibi_max_bias", "alibi_slopes", "clip_qkv", "shared_expert_ffn_dim",
+            "shared_expert_gate")
     assert {f: getattr(a, f) for f in same} == {f: getattr(b, f) for f in same}
     assert a.scale == pytest.approx(b.scale, rel=1e-7)
     assert (a.norm_offset, b.norm_offset) == ((1.0, 0.0) if name.startswith("gemma") else (0.0, 0.0))

@@ -86,6 +86,9 @@ class Backend(Protocol):
     #                                    softmax gets one more logit, sinks[h], with no value (gpt-oss)
     #   swiglu_oai(gate, up, alpha, limit) -> Act   gpt-oss's experts: g = min(gate, limit),
     #                                    (clip(up, -limit, limit) + 1) * g * sigmoid(alpha * g)
+    #   recurrent_features = {"gated_deltanet"}   its activations are host numpy arrays, which it also takes as
+    #                                    input: Qwen3-Next's linear layers and attention gates are host arithmetic
+    #                                    between `linear` calls (engine/deltanet.py)
 
     # Optional: sample(logits, rows, draws) -> (tokens, statuses): engine/sampling.Sampler's choice for rows
     # `rows` of logits the backend holds, from each row's sampling.Draw (the host's generator draws), so that
@@ -93,8 +96,8 @@ class Backend(Protocol):
     # it where the transformer can leave its logits on the backend (forward's `host`).
 
     # -- caches ----------------------------------------------------------------------------------------
-    # A cache of this backend's kind (engine/kvcache.py's KVCache or a subclass), handed this backend's
-    # `rope`. The cache moves its own memory with its metadata (drop, copy_prefix, rerotate): the backend
+    # A cache of this backend's kind (engine/kvcache.py's KVCache or a subclass) of config.n_kv_layers layers
+    # (a hybrid model's linear layers keep none), handed this backend's `rope`. The cache moves its own memory with its metadata (drop, copy_prefix, rerotate): the backend
     # keeps the math only.
     def new_cache(self, config: ModelConfig) -> KVCache: ...
 

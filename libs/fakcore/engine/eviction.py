@@ -15,6 +15,13 @@ would be. A RoPE model's keys carry their position, hence the re-rotation. An AL
 attention adds m_h * (j - i) from the slots' distance at every call, so once the gap is closed the survivors stand
 at their new positions with nothing to re-rotate (the model has no RoPE tables). Its layer-0 keys and values
 are then the fresh prefill's bit for bit, as re-rotated RoPE keys are.
+
+A hybrid model (Qwen3-Next) also keeps its linear layers' recurrent state (KVCache.recurrent), which sums up every
+position before it: no span can be cut out of it, and nothing can shift it. Exact eviction restores the latest
+state checkpoint at or before the span (KVCache.restorable, .truncate: the attention layers' KV cut there too) and
+recomputes every surviving token from it at its new position, minus the span; the receipt's tokens_recomputed
+counts from the checkpoint, its digests and proof cover the recurrent state and its checkpoints, its layer_dev has
+one entry per model layer (keys and values, or the conv state and S). Shift is an error for such a cache.
 """
 
 from __future__ import annotations
@@ -51,6 +58,9 @@ def compare_fresh(tf: Transformer, cache: KVCache, chunk: int = 256) -> tuple[bo
     fk, fv = fresh.host_kv()
     layer_dev = [float(max(np.abs(k[i] - fk[i]).max(initial=0.0), np.abs(v[i] - fv[i]).max(initial=0.0)))
                  for i in range(k.shape[0])]
+    if cache.recurrent is not None:  # per model layer: its KV layer's, or its linear layer's state's
+        state_dev = cache.recurrent.layer_dev(fresh.recurrent)
+        layer_dev = [layer_dev[kv] if kv >= 0 else state_dev[lin] for kv, lin in zip(tf.cfg.layer_kv, tf.linear_index, strict=True)]
     return cache.digest() == fresh.digest(), max(layer_dev, default=0.0), layer_dev
 
 
@@ -60,6 +70,9 @@ def evict_cache(tf: Transformer, cache: KVCache, ranges: list[tuple[int, int]], 
     are metadata only) from `cache`. Returns the receipt without worker/sequence names."""
     if mode not in MODES:
         raise ValueError(f"unknown eviction mode {mode!r}: expected {' or '.join(MODES)}")
+    if mode == "shift" and cache.recurrent is not None:
+        raise ValueError(f"shift eviction is not possible on {tf.cfg.arch}: its linear layers' recurrent state sums up "
+                         f"every position and cannot be shifted; use exact (restores a state checkpoint and recomputes)")
     be = tf.be
     blocks = sorted({s.block for s in cache.spans if any(s.start < e and b < s.end for b, e in ranges)})
     removed = [s for s in cache.spans if any(b <= s.start and s.end <= e for b, e in ranges)]
@@ -70,7 +83,7 @@ def evict_cache(tf: Transformer, cache: KVCache, ranges: list[tuple[int, int]], 
     recomputed = 0
     if held and mode == "exact":
         survivors = cut_tokens(list(cache.tokens), held)
-        start = held[0][0]
+        start = cache.restorable(held[0][0])  # the span's start, or a hybrid's latest state checkpoint before it
         cache.truncate(start)
         prefill(tf, cache, survivors[start:], chunk)
         recomputed = len(survivors) - start

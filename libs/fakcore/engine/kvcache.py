@@ -16,17 +16,25 @@ memory is a method here and moves the metadata with it, so no caller can move on
 All of them are bit-exact copies or the forward pass's own arithmetic, so the claims of docs/architecture.md §3 hold. A
 backend whose attention reads another layout of the keys subclasses this and keeps it in step in
 `keys_changed` (engine-cpu's NumbaKVCache).
+
+A hybrid model's cache (Qwen3-Next) keeps keys and values for its attention layers only (ModelConfig.layer_kv)
+and, in `recurrent`, the state of its linear layers with checkpoints (engine/deltanet.py's RecurrentState). That
+state cannot be cut at any position: `truncate` and `copy_prefix` take a length `restorable` gives (a checkpoint),
+and `drop` refuses.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fakcore.protocol import Span
+
+if TYPE_CHECKING:
+    from fakcore.engine.deltanet import RecurrentState
 
 # The backend's `rope`: (T, Hkv, D) pre-RoPE rows, their positions (T,), one layer's table -> rotated rows.
 RopeFn = Callable[[np.ndarray, np.ndarray, Any], np.ndarray]
@@ -44,6 +52,7 @@ class KVCache:
         # which positions hold which content block; a Span is never changed in place (replaced), so span
         # maps on the bus may share them
         self.spans: list[Span] = []
+        self.recurrent: RecurrentState | None = None  # a hybrid model's linear layers (Transformer.new_cache)
         self._alloc(capacity)
 
     def _alloc(self, capacity: int) -> None:
@@ -86,6 +95,8 @@ class KVCache:
     def commit(self, tokens: list[int]) -> None:
         self.tokens.extend(int(t) for t in tokens)
         self.length += len(tokens)
+        if self.recurrent is not None:
+            self.recurrent.commit(self.length)
 
     # -- the KV-MMU's moves --------------------------------------------------------------------------
     def drop(self, start: int, end: int) -> None:
@@ -97,6 +108,9 @@ class KVCache:
         d = end - start
         if d <= 0:
             return
+        if self.recurrent is not None:
+            raise ValueError("cannot drop positions from a hybrid model's cache: its linear layers' recurrent state "
+                             "sums up every position and cannot be shifted (exact eviction recomputes instead)")
         n = self.length
         for arr in self._arrays():
             arr[:, :, start:n - d] = arr[:, :, end:n].copy()
@@ -114,6 +128,8 @@ class KVCache:
         for theirs, mine in ((src.k, self.k), (src.v, self.v), (src.k_pre, self.k_pre)):
             if theirs is not None and mine is not None:
                 mine[:, :, :n] = theirs[:, :, :n]
+        if src.recurrent is not None:  # the state after n (a checkpoint, or src's length; else ValueError)
+            self.recurrent.copy_prefix(src.recurrent, n)
         self.commit(src.tokens[:n])
         self.keys_changed(0, n)
 
@@ -132,11 +148,20 @@ class KVCache:
         self.keys_changed(start, stop)
 
     def truncate(self, n: int) -> None:
-        """Forget every position from n on (their slots are reused by the next write)."""
+        """Forget every position from n on (their slots are reused by the next write). A hybrid model's cache
+        restores its linear layers' state after n, which must be restorable (else ValueError)."""
         n = max(0, min(n, self.length))
+        if self.recurrent is not None:
+            self.recurrent.restore(n)
         self.length = n
         del self.tokens[n:]
         self.spans = [Span(block=s.block, start=s.start, end=min(s.end, n)) for s in self.spans if s.start < n]
+
+    def restorable(self, n: int) -> int:
+        """The longest prefix of at most n positions `truncate` and `copy_prefix` can keep: n, or for a hybrid
+        model the latest state checkpoint at or before it."""
+        n = max(0, min(n, self.length))
+        return n if self.recurrent is None else self.recurrent.restorable(n)
 
     # -- views ---------------------------------------------------------------------------------------
     def ranges_of(self, blocks: set[str]) -> list[tuple[int, int]]:
@@ -150,14 +175,17 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._arrays())
+        return sum(a.nbytes for a in self._arrays()) + (0 if self.recurrent is None else self.recurrent.nbytes)
 
     def digest(self) -> str:
-        """sha256 over the committed keys and values of every layer (what a receipt compares)."""
+        """sha256 over the committed keys and values of every layer, and a hybrid model's recurrent state and
+        its checkpoints (what a receipt compares)."""
         h = hashlib.sha256()
         n = self.length
         h.update(np.ascontiguousarray(self.k[:, :, :n]).tobytes())
         h.update(np.ascontiguousarray(self.v[:, :, :n]).tobytes())
+        if self.recurrent is not None:
+            self.recurrent.update_digest(h)
         return h.hexdigest()
 
 

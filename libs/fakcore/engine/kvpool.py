@@ -77,9 +77,11 @@ class KVPool:
             return
         session, tenant = seq.request.session, seq.request.tenant
         limit = len(seq.prompt) - 1  # the last prompt token is always computed: it yields the first logits
-        # the longest shared prefix; on a tie the session's own sequence, then an idle one, then the newest
+        # the longest shared prefix (a hybrid model's: cut back to a state checkpoint, KVCache.restorable); on a
+        # tie the session's own sequence, then an idle one, then the newest
         candidates = [((n, bool(session) and e.session == session, e.owner is None, e.used), e)
-                      for e in self.entries.values() if e.tenant == tenant and (n := common_prefix(e.cache.tokens, seq.prompt, limit))]
+                      for e in self.entries.values()
+                      if e.tenant == tenant and (n := e.cache.restorable(common_prefix(e.cache.tokens, seq.prompt, limit)))]
         rank, best = max(candidates, key=lambda c: c[0], default=((0,), None))
         best_len = rank[0]
         self.lookups += 1

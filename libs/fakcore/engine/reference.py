@@ -44,6 +44,7 @@ class ReferenceBackend:
     batch_invariant = False  # BLAS picks different kernels for different batch shapes
     rope_features = frozenset({"partial", "attention_factor"})  # see engine/backend.py
     attention_features = frozenset({"alibi", "sinks"})
+    recurrent_features = frozenset({"gated_deltanet"})  # activations are host arrays (engine/deltanet.py)
 
     # -- weights ---------------------------------------------------------------------------------------
     def matrix(self, t) -> np.ndarray:
@@ -168,7 +169,7 @@ class ReferenceBackend:
 
     # -- caches ----------------------------------------------------------------------------------------
     def new_cache(self, config: ModelConfig) -> KVCache:
-        return KVCache(config.n_layers, config.n_kv_heads, config.head_dim, rope=self.rope)
+        return KVCache(config.n_kv_layers, config.n_kv_heads, config.head_dim, rope=self.rope)
 
 
 register_backend("reference", ReferenceBackend)

@@ -24,7 +24,16 @@ A mixture-of-experts MLP (ModelConfig.n_experts) keeps every expert as its own r
 llama.cpp's stacked `ffn_*_exps` tensors, zero-copy), so it runs on any backend's `matrix` / `linear`. The
 router's top-k choice and the weighted sum of the experts' outputs are host arithmetic (numpy f32) on
 `to_host` rows: the sum visits a token's experts in ascending expert order whatever else is in the batch, so
-a batch-invariant backend stays batch-invariant.
+a batch-invariant backend stays batch-invariant. A shared expert (ModelConfig.shared_expert_ffn_dim: Qwen2-MoE,
+GraniteMoeShared) is one more resident gated MLP every token runs, added after the routed sum, times
+sigmoid(shared_gate @ h) where the family gates it (shared_expert_gate); row by row, so no less batch-invariant.
+
+Qwen3-Next is a hybrid: its linear layers (ModelConfig.linear_layers) replace attention with a Gated DeltaNet
+(engine/deltanet.py), whose state per sequence lives in the cache's `recurrent` (with checkpoints every
+`checkpoint_every` positions, what exact eviction restarts from); only the attention layers keep keys and values
+(ModelConfig.layer_kv: their layer in the cache). Its attention layers gate their output per channel
+(attn_gate: o * sigmoid(attn_gate @ x)). Both are host arithmetic on `to_host` rows, so a backend whose
+activations are not host arrays says so by lacking `recurrent_features` and fails at build.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from fakcore.engine import deltanet
 from fakcore.engine.backend import Backend, BackendError, Segment
 from fakcore.formats.tensor import Tensor
 from fakcore.models.config import ModelConfig, RopeScaling
@@ -75,6 +85,8 @@ class LayerWeights:
     post_ffn_norm: Any = None  # (dim,)         sandwich_norm, post_norm
     router: Any = None  # (n_experts, dim)      n_experts
     experts: list[Expert] | None = None  # (n_experts,)  n_experts
+    shared: Expert | None = None  # width shared_expert_ffn_dim   shared_expert_ffn_dim: every token's expert
+    shared_gate: Any = None  # (1, dim)           shared_expert_gate; None: the shared expert ungated
     # A backend that can (Backend.fuse) runs q/k/v and gate/up as one matmul each: rows stacked.
     wqkv: Any = None  # ((n_heads + 2*n_kv_heads)*head_dim, dim), replaces wq, wk, wv
     bqkv: Any = None
@@ -88,6 +100,8 @@ class LayerWeights:
     b_down: Any = None  # (dim,)                mlp_bias
     sinks: Any = None  # (n_heads,) f32 host     attn_sinks (gpt-oss)
     router_b: Any = None  # (n_experts,)        router_bias (gpt-oss)
+    wq_gate: Any = None  # (n_heads*head_dim, dim)  attn_gate (Qwen3-Next)
+    linear: deltanet.DeltaNetWeights | None = None  # a linear layer's (ModelConfig.linear_layers); no wq…wo then
 
 
 @dataclass
@@ -119,36 +133,48 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
                     setattr(m, f"b_{kind}", backend.vector(b))
         return out
 
+    def shared(p: str) -> Expert | None:
+        if not cfg.shared_expert_ffn_dim:
+            return None
+        return Expert(*(backend.matrix(tensors[p + f"ffn_{n}_shexp.weight"]) for n in ("gate", "up", "down")))
+
+    def shared_gate(p: str) -> Any:
+        if not cfg.shared_expert_gate:
+            return None
+        t = tensors[p + "ffn_gate_inp_shexp.weight"]  # (dim,) or (1, dim) in the file: one row of a matrix here
+        return backend.matrix(Tensor(t.name, t.qtype, (1, cfg.dim), t.raw, t.source))
+
     layers = []
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
         layers.append(LayerWeights(
             attn_norm=opt(p + "attn_norm.weight", "n"),
-            wq=backend.matrix(tensors[p + "attn_q.weight"]),
-            wk=backend.matrix(tensors[p + "attn_k.weight"]),
-            wv=backend.matrix(tensors[p + "attn_v.weight"]),
-            wo=backend.matrix(tensors[p + "attn_output.weight"]),
+            wq=opt(p + "attn_q.weight", "m"), wk=opt(p + "attn_k.weight", "m"),  # none in a linear layer
+            wv=opt(p + "attn_v.weight", "m"), wo=opt(p + "attn_output.weight", "m"),
             ffn_norm=opt(p + "ffn_norm.weight", "n"),
             w_gate=opt(p + "ffn_gate.weight", "m"), w_up=opt(p + "ffn_up.weight", "m"),
             w_down=opt(p + "ffn_down.weight", "m"),
             bq=opt(p + "attn_q.bias", "b"), bk=opt(p + "attn_k.bias", "b"), bv=opt(p + "attn_v.bias", "b"),
             q_norm=opt(p + "attn_q_norm.weight", "n"), k_norm=opt(p + "attn_k_norm.weight", "n"),
             post_attn_norm=opt(p + "post_attention_norm.weight", "n"), post_ffn_norm=opt(p + "post_ffw_norm.weight", "n"),
-            router=opt(p + "ffn_gate_inp.weight", "m"), experts=experts(p),
+            router=opt(p + "ffn_gate_inp.weight", "m"), experts=experts(p), shared=shared(p),
+            shared_gate=shared_gate(p),
             router_b=opt(p + "ffn_gate_inp.bias", "b"),
             sinks=tensors[p + "attn_sinks.weight"].dequantize().reshape(-1).astype(np.float32) if cfg.attn_sinks else None,
             attn_norm_b=opt(p + "attn_norm.bias", "b"), ffn_norm_b=opt(p + "ffn_norm.bias", "b"),
             bo=opt(p + "attn_output.bias", "b"), b_up=opt(p + "ffn_up.bias", "b"), b_down=opt(p + "ffn_down.bias", "b"),
+            wq_gate=opt(p + "attn_gate.weight", "m"),
+            linear=deltanet.load_layer(tensors, p, backend) if cfg.layer_kv[i] < 0 else None,
         ))
     fuse = getattr(backend, "fuse", None)
     if fuse is not None:
         for L in layers:
-            L.wqkv = fuse([L.wq, L.wk, L.wv])
+            L.wqkv = None if L.linear is not None else fuse([L.wq, L.wk, L.wv])
             if L.wqkv is not None:
                 L.wq = L.wk = L.wv = None
                 if L.bq is not None:
                     L.bqkv = np.concatenate([L.bq, L.bk, L.bv])
-            for m in [L] if L.experts is None else L.experts:
+            for m in [L] if L.experts is None else L.experts + ([L.shared] if L.shared is not None else []):
                 if m.w_gate is None:  # a plain MLP: nothing to fuse
                     continue
                 m.w_gate_up = fuse([m.w_gate, m.w_up])
@@ -173,8 +199,14 @@ def split_experts(t: Tensor) -> list[Tensor]:
 class Transformer:
     """A config, its weights resident on a backend, and the forward pass."""
 
-    def __init__(self, cfg: ModelConfig, weights: Weights, backend: Backend):
+    def __init__(self, cfg: ModelConfig, weights: Weights, backend: Backend,
+                 checkpoint_every: int = deltanet.CHECKPOINT_EVERY):
+        """checkpoint_every: a hybrid model's caches copy their linear layers' state every this many positions;
+        exact eviction restarts from the latest copy at or before the span (smaller: less recompute, more memory)."""
         self.cfg, self.w, self.be = cfg, weights, backend
+        self.checkpoint_every = checkpoint_every
+        # a linear layer's index among the linear layers: its slot in the cache's RecurrentState
+        self.linear_index = [sum(cfg.linear_layers[:i]) if cfg.linear_layers else -1 for i in range(cfg.n_layers)]
         check_backend(cfg, backend)
         tables: dict[tuple[float, bool], Any] = {}
         self.rope = []  # one table per layer; none with ALiBi (no RoPE)
@@ -194,7 +226,10 @@ class Transformer:
         self.max_positions = cfg.rope_scaling.original_context if dynamic else 0  # 0: no limit here
 
     def new_cache(self) -> Any:
-        return self.be.new_cache(self.cfg)
+        cache = self.be.new_cache(self.cfg)
+        if any(self.cfg.linear_layers):
+            cache.recurrent = deltanet.RecurrentState.for_model(self.cfg, self.checkpoint_every)
+        return cache
 
     def forward(self, tokens: np.ndarray, segments: list[Segment], logit_rows: np.ndarray | None = None,
                 capture: list | None = None, host: bool = True) -> Any:
@@ -221,32 +256,10 @@ class Transformer:
             block_in = x
             # -- attention: x = x + attn(norm(x))
             h = x if cfg.post_norm else self.norm(x, L.attn_norm, L.attn_norm_b)
-            if L.wqkv is not None:
-                qkv = be.linear(h, L.wqkv, L.bqkv)  # (T, (H + 2*Hkv) * D)
-                qd, kd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-                q, k, v = qkv[:, :qd], qkv[:, qd:qd + kd], qkv[:, qd + kd:]
+            if L.linear is not None:  # Qwen3-Next: a Gated DeltaNet in place of attention
+                o = deltanet.gated_deltanet(be, cfg, h, L.linear, segments, self.linear_index[i])  # (T, dim)
             else:
-                q, k, v = be.linear(h, L.wq, L.bq), be.linear(h, L.wk, L.bk), be.linear(h, L.wv, L.bv)
-            if cfg.clip_qkv:  # MPT: every projection clamped to [-clip, clip]
-                q, k, v = (be.clamp(t, cfg.clip_qkv) for t in (q, k, v))
-            if cfg.qk_norm_full:  # OLMo2: one norm over all heads, before the split into heads
-                q, k = be.rmsnorm(q, L.q_norm, cfg.norm_eps), be.rmsnorm(k, L.k_norm, cfg.norm_eps)
-            q = q.reshape(T, cfg.n_heads, cfg.head_dim)  # (T, H, D)
-            k = k.reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
-            v = v.reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
-            if cfg.qk_norm and not cfg.qk_norm_full:  # over each head (StableLM: gains of its own per head)
-                q = self.norm(q, L.q_norm, None)
-                k = self.norm(k, L.k_norm, None)
-            k_pre = k
-            if self.alibi is None:
-                q = be.rope(q, positions, self.rope[i])
-                k = be.rope(k, positions, self.rope[i])
-            positional = {} if self.alibi is None else {"alibi": self.alibi}  # ALiBi: the bias inside attention
-            if L.sinks is not None:  # gpt-oss: each head's sink logit in the softmax denominator
-                positional["sinks"] = L.sinks
-            a = be.attention(q, k_pre, k, v, segments, i, cfg.layer_window[i], cfg.scale, cfg.attn_softcap,
-                             **positional)  # (T, H, D)
-            o = be.linear(a.reshape(T, cfg.n_heads * cfg.head_dim), L.wo, L.bo)  # (T, dim)
+                o = self.attend(h, L, i, segments, positions)  # (T, dim)
             if cfg.sandwich_norm or cfg.post_norm:
                 o = be.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
             x = be.add(x, self.residual(o))
@@ -273,6 +286,40 @@ class Transformer:
             logits = be.softcap(logits, cfg.final_softcap)
         return be.to_host(logits) if host else logits
 
+    def attend(self, h: Any, L: LayerWeights, i: int, segments: list[Segment], positions: np.ndarray) -> Any:
+        """Layer i's attention over h (T, dim), normed: q/k/v, their norms, RoPE, the cache (appended to),
+        the output projection. (T, dim) out."""
+        cfg, be, T = self.cfg, self.be, h.shape[0]
+        if L.wqkv is not None:
+            qkv = be.linear(h, L.wqkv, L.bqkv)  # (T, (H + 2*Hkv) * D)
+            qd, kd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+            q, k, v = qkv[:, :qd], qkv[:, qd:qd + kd], qkv[:, qd + kd:]
+        else:
+            q, k, v = be.linear(h, L.wq, L.bq), be.linear(h, L.wk, L.bk), be.linear(h, L.wv, L.bv)
+        if cfg.clip_qkv:  # MPT: every projection clamped to [-clip, clip]
+            q, k, v = (be.clamp(t, cfg.clip_qkv) for t in (q, k, v))
+        if cfg.qk_norm_full:  # OLMo2: one norm over all heads, before the split into heads
+            q, k = be.rmsnorm(q, L.q_norm, cfg.norm_eps), be.rmsnorm(k, L.k_norm, cfg.norm_eps)
+        q = q.reshape(T, cfg.n_heads, cfg.head_dim)  # (T, H, D)
+        k = k.reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
+        v = v.reshape(T, cfg.n_kv_heads, cfg.head_dim)  # (T, Hkv, D)
+        if cfg.qk_norm and not cfg.qk_norm_full:  # over each head (StableLM: gains of its own per head)
+            q = self.norm(q, L.q_norm, None)
+            k = self.norm(k, L.k_norm, None)
+        k_pre = k
+        if self.alibi is None:
+            q = be.rope(q, positions, self.rope[i])
+            k = be.rope(k, positions, self.rope[i])
+        positional = {} if self.alibi is None else {"alibi": self.alibi}  # ALiBi: the bias inside attention
+        if L.sinks is not None:  # gpt-oss: each head's sink logit in the softmax denominator
+            positional["sinks"] = L.sinks
+        a = be.attention(q, k_pre, k, v, segments, cfg.layer_kv[i], cfg.layer_window[i], cfg.scale,
+                         cfg.attn_softcap, **positional)  # (T, H, D)
+        a = a.reshape(T, cfg.n_heads * cfg.head_dim)
+        if L.wq_gate is not None:  # Qwen3-Next: each output channel gated, a * sigmoid(gate(h))
+            a = deltanet.output_gate(be.to_host(a), be.to_host(be.linear(h, L.wq_gate)))
+        return be.linear(a, L.wo, L.bo)  # (T, dim)
+
     def norm(self, x: Any, w: Any, b: Any) -> Any:
         """The model's norm over the last axis: RMSNorm, or LayerNorm (with bias b, if any)."""
         if self.cfg.norm == "layer":
@@ -290,8 +337,8 @@ class Transformer:
         if not self.cfg.gated_mlp:
             return be.linear(be.activation(be.linear(h, m.w_up, m.b_up), self.cfg.act), m.w_down, m.b_down)
         if m.w_gate_up is not None:
-            width = self.cfg.expert_ffn_dim if isinstance(m, Expert) else self.cfg.ffn_dim
-            gu = be.linear(h, m.w_gate_up, m.b_gate_up)  # (T, 2 * width)
+            gu = be.linear(h, m.w_gate_up, m.b_gate_up)  # (T, 2 * width): ffn_dim, expert or shared expert width
+            width = gu.shape[1] // 2
             gate, up = gu[:, :width], gu[:, width:]
         else:
             gate, up = be.linear(h, m.w_gate, m.b_gate), be.linear(h, m.w_up, m.b_up)
@@ -322,13 +369,20 @@ class Transformer:
         return self.mix(h, L, top, weights)
 
     def mix(self, h: Any, L: LayerWeights, top: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """sum_k weights[t, k] * expert top[t, k](h[t]): top, weights (T, k) -> (T, dim) host array."""
+        """sum_k weights[t, k] * expert top[t, k](h[t]), plus the shared expert's mlp(h[t]) (times
+        sigmoid(shared_gate . h[t]) where gated): top, weights (T, k) -> (T, dim) host array."""
         be = self.be
         out = np.zeros((len(top), self.cfg.dim), np.float32)
         for e in np.unique(top):  # ascending: every token sums its experts in the same order
             rows, slot = np.nonzero(top == e)
             y = be.to_host(self.mlp(be.take_rows(h, rows), L.experts[e]))  # (len(rows), dim)
             out[rows] += y * weights[rows, slot, None]
+        if L.shared is not None:  # every token's shared expert, after the routed sum (HuggingFace's order)
+            y = be.to_host(self.mlp(h, L.shared))  # (T, dim)
+            if L.shared_gate is not None:  # Qwen2-MoE: one sigmoid gate per token
+                g = be.to_host(be.linear(h, L.shared_gate))  # (T, 1)
+                y = y * (np.float32(1) / (np.float32(1) + np.exp(-g)))
+            out += y
         return out
 
 
@@ -343,6 +397,9 @@ def check_backend(cfg: ModelConfig, backend: Backend) -> None:
         missing.append("attention sinks (gpt-oss)")
     if cfg.act == "swiglu_oai" and not hasattr(backend, "swiglu_oai"):
         missing.append("swiglu_oai (gpt-oss's clamped SwiGLU experts)")
+    hybrid = any(cfg.linear_layers) or cfg.attn_gate
+    if hybrid and "gated_deltanet" not in getattr(backend, "recurrent_features", frozenset()):
+        missing.append("Gated DeltaNet linear attention and attention output gates (host arithmetic on its activations)")
     features = getattr(backend, "rope_features", frozenset())
     if cfg.rotary_dim != cfg.head_dim and "partial" not in features:
         missing.append(f"partial rope (rope_dim {cfg.rotary_dim} of head_dim {cfg.head_dim})")

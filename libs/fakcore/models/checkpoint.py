@@ -35,12 +35,14 @@ from fakcore.text.tokenizer import Tokenizer
 GGUF_ARCHS = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gemma3",
               "olmo2": "olmo2", "qwen3moe": "qwen3moe", "gptneox": "gptneox", "stablelm": "stablelm",
               "phi3": "phi3", "granite": "granite", "falcon": "falcon", "mpt": "mpt",
-              "olmoe": "olmoe", "granitemoe": "granitemoe", "gpt-oss": "gpt_oss"}
+              "olmoe": "olmoe", "granitemoe": "granitemoe", "gpt-oss": "gpt_oss", "qwen3next": "qwen3next",
+              "qwen2moe": "qwen2moe"}
 # HuggingFace `model_type` -> family module.
 HF_MODEL_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
                   "gemma3_text": "gemma3", "olmo2": "olmo2", "qwen3_moe": "qwen3moe", "gpt_neox": "gptneox",
                   "stablelm": "stablelm", "phi3": "phi3", "granite": "granite", "falcon": "falcon", "mpt": "mpt",
-                  "olmoe": "olmoe", "granitemoe": "granitemoe", "gpt_oss": "gpt_oss"}
+                  "olmoe": "olmoe", "granitemoe": "granitemoe", "gpt_oss": "gpt_oss", "qwen3_next": "qwen3next",
+                  "qwen2_moe": "qwen2moe", "granitemoeshared": "granitemoe"}
 
 
 @dataclass

@@ -86,6 +86,10 @@ class ModelConfig:
     n_experts_used: int = 0  # top-k
     expert_ffn_dim: int = 0  # each expert's inner width (moe_intermediate_size)
     expert_weights_norm: bool = True  # the k chosen weights renormalised to sum 1 (norm_topk_prob)
+    # shared experts (Qwen2-MoE, GraniteMoeShared, Qwen3-Next): one more gated MLP every token runs, its output
+    # added to the routed experts' weighted sum
+    shared_expert_ffn_dim: int = 0  # the shared expert's inner width (shared_expert_intermediate_size); 0: none
+    shared_expert_gate: bool = False  # its output times sigmoid(ffn_gate_inp_shexp @ x), one scalar per token (Qwen2-MoE)
     # classic decoders (GPT-NeoX, StableLM, Phi-3, Granite)
     norm: str = "rms"  # "rms" | "layer": LayerNorm, (x - mean) / std * w (+ b), for every norm of the model
     norm_bias: bool = False  # the block and output LayerNorms carry biases (attn_norm.bias, …)
@@ -109,12 +113,21 @@ class ModelConfig:
     moe_topk_softmax: bool = False  # top-k of the router's logits, then softmax over those k; False: softmax, top-k
     swiglu_alpha: float = 1.702  # act "swiglu_oai": (clamp(up) + 1) * g * sigmoid(alpha * g), g = min(gate, limit)
     swiglu_limit: float = 7.0  # act "swiglu_oai": gate clamped above at it, up to [-limit, limit]
+    # Qwen3-Next (models/qwen3next.py): Gated DeltaNet linear-attention layers among gated attention layers
+    linear_layers: tuple[bool, ...] = ()  # per layer: True = Gated DeltaNet (engine/deltanet.py); (): every layer attends
+    linear_k_heads: int = 0  # query/key heads of a linear layer (linear_num_key_heads)
+    linear_v_heads: int = 0  # value heads (linear_num_value_heads), a multiple of linear_k_heads
+    linear_k_dim: int = 0  # per-head query/key width (linear_key_head_dim)
+    linear_v_dim: int = 0  # per-head value width (linear_value_head_dim)
+    linear_conv: int = 0  # the causal depthwise conv's kernel width (linear_conv_kernel_dim)
+    attn_gate: bool = False  # attention's output times sigmoid(attn_gate.weight @ x), per channel, before attn_output
     # derived in __post_init__
     layer_window: tuple[int, ...] = field(default=(), init=False)  # per layer: window size, 0 = global
     layer_rope_theta: tuple[float, ...] = field(default=(), init=False)  # per layer RoPE base
     scale: float = field(default=0.0, init=False)  # the softmax scale actually used
     rotary_dim: int = field(default=0, init=False)  # dims RoPE rotates: rope_dim, or head_dim
     alibi_slopes: tuple[float, ...] = field(default=(), init=False)  # (n_heads,) with alibi_max_bias, else ()
+    layer_kv: tuple[int, ...] = field(default=(), init=False)  # per layer: its layer in the KV cache; -1 for a linear one
 
     def __post_init__(self) -> None:
         if self.n_heads % self.n_kv_heads:
@@ -139,6 +152,10 @@ class ModelConfig:
             raise ConfigError(f"{self.arch}: swiglu_limit {self.swiglu_limit} must be > 0")
         if self.n_experts and not self.gated_mlp:
             raise ConfigError(f"{self.arch}: experts are gated MLPs")
+        if (self.shared_expert_ffn_dim or self.shared_expert_gate) and not self.n_experts:
+            raise ConfigError(f"{self.arch}: a shared expert needs routed experts (n_experts)")
+        if self.shared_expert_gate and not self.shared_expert_ffn_dim:
+            raise ConfigError(f"{self.arch}: a shared expert gate needs a shared expert (shared_expert_ffn_dim)")
         if self.qk_norm_per_head and (not self.qk_norm or self.qk_norm_full):
             raise ConfigError(f"{self.arch}: qk_norm_per_head needs per-head qk_norm")
         if not 0 <= self.rope_dim <= self.head_dim or self.rope_dim % 2:
@@ -163,6 +180,21 @@ class ModelConfig:
         object.__setattr__(self, "rotary_dim", self.rope_dim or self.head_dim)
         slopes = alibi_slopes(self.n_heads, self.alibi_max_bias) if self.alibi_max_bias else ()
         object.__setattr__(self, "alibi_slopes", slopes)
+        linear = self.linear_layers or (False,) * self.n_layers
+        if len(linear) != self.n_layers:
+            raise ConfigError(f"{self.arch}: linear_layers has {len(linear)} entries for {self.n_layers} layers")
+        if any(linear) and (min(self.linear_k_heads, self.linear_v_heads, self.linear_k_dim, self.linear_v_dim,
+                                self.linear_conv) < 1 or self.linear_v_heads % self.linear_k_heads):
+            raise ConfigError(f"{self.arch}: linear layers need positive head counts and sizes, value heads a multiple "
+                              f"of key heads (k_heads {self.linear_k_heads}, v_heads {self.linear_v_heads}, k_dim "
+                              f"{self.linear_k_dim}, v_dim {self.linear_v_dim}, conv {self.linear_conv})")
+        kv = np.cumsum([not lin for lin in linear]) - 1
+        object.__setattr__(self, "layer_kv", tuple(-1 if lin else int(k) for lin, k in zip(linear, kv, strict=True)))
+
+    @property
+    def n_kv_layers(self) -> int:
+        """Layers that keep keys and values (all but the linear ones): the KV cache's depth."""
+        return sum(k >= 0 for k in self.layer_kv)
 
     @property
     def group(self) -> int:

@@ -12,9 +12,9 @@ HuggingFace: one tensor per expert (`mlp.experts.{e}.gate_proj.weight`…), stac
 (canonical names); the engine splits them again per expert at load, as views.
 
 Not supported, each an explicit ConfigError: dense layers among the sparse ones (`mlp_only_layers`,
-`decoder_sparse_step` > 1), shared experts (Qwen2-MoE's `shared_expert_intermediate_size`, a GGUF's
-`expert_shared_*` keys or `ffn_*_shexp` tensors), a gating function other than softmax, q/k/v/o biases,
-sliding windows.
+`decoder_sparse_step` > 1), shared experts (a `shared_expert_intermediate_size` in config.json, a GGUF's
+`expert_shared_*` keys or `ffn_*_shexp` tensors: Qwen2-MoE has them, qwen2moe.py), a gating function other
+than softmax, q/k/v/o biases, sliding windows.
 """
 
 from __future__ import annotations
@@ -42,19 +42,25 @@ def config_from_gguf(meta: Mapping[str, Any], tensors: Mapping[str, Tensor], sou
 
 
 def gguf_experts(meta: Mapping[str, Any], tensors: Mapping[str, Tensor], arch: str, source: str,
-                 expert_ffn_dim: int | None = None, weights_norm: bool = True) -> dict[str, Any]:
-    """The ModelConfig expert fields of a GGUF that stores its experts as Qwen3-MoE's (also OLMoE, GraniteMoE),
-    after the checks they share: no shared experts, softmax gating. expert_ffn_dim: the experts' width for a
-    family whose converter writes no `expert_feed_forward_length` (llama.cpp sizes them by
-    feed_forward_length); weights_norm: whether llama.cpp renormalises the top-k weights for the family, which
-    a file's `{arch}.expert_weights_norm` overrides."""
+                 expert_ffn_dim: int | None = None, weights_norm: bool = True,
+                 shared: bool = False) -> dict[str, Any]:
+    """The ModelConfig expert fields of a GGUF that stores its experts as Qwen3-MoE's (also OLMoE, GraniteMoE,
+    Qwen2-MoE), after the checks they share: softmax gating, shared experts only where the family has them.
+    expert_ffn_dim: the experts' width for a family whose converter writes no `expert_feed_forward_length`
+    (llama.cpp sizes them by feed_forward_length); weights_norm: whether llama.cpp renormalises the top-k
+    weights for the family, which a file's `{arch}.expert_weights_norm` overrides; shared: the family may have
+    one shared expert, `{arch}.expert_shared_feed_forward_length` wide (absent or 0: none, the family file
+    decides otherwise), else any shared-expert key or `ffn_*_shexp` tensor is an error."""
 
     def get(key: str, default: Any = None) -> Any:
         return meta.get(f"{arch}.{key}", default)
 
-    if get("expert_shared_count", 0) or get("expert_shared_feed_forward_length", 0) or \
-            any(name.endswith("_shexp.weight") for name in tensors):
+    if not shared and (get("expert_shared_count", 0) or get("expert_shared_feed_forward_length", 0) or
+                       any(name.endswith("_shexp.weight") for name in tensors)):
         raise ConfigError(f"{source}: {arch} with shared experts is not supported")
+    if shared and get("expert_shared_count", 1) not in (0, 1):
+        raise ConfigError(f"{source}: '{arch}.expert_shared_count' = {get('expert_shared_count')} is not supported "
+                          f"(one shared expert)")
     if get("expert_gating_func", GATING_SOFTMAX) != GATING_SOFTMAX:
         raise ConfigError(f"{source}: '{arch}.expert_gating_func' = {get('expert_gating_func')} is not supported "
                           f"(softmax, {GATING_SOFTMAX})")
@@ -64,7 +70,8 @@ def gguf_experts(meta: Mapping[str, Any], tensors: Mapping[str, Tensor], arch: s
         raise ConfigError(f"{source}: missing GGUF metadata key '{arch}.{missing[0]}'")
     return dict(n_experts=int(get("expert_count")), n_experts_used=int(get("expert_used_count")),
                 expert_ffn_dim=int(get("expert_feed_forward_length") if expert_ffn_dim is None else expert_ffn_dim),
-                expert_weights_norm=bool(get("expert_weights_norm", weights_norm)))
+                expert_weights_norm=bool(get("expert_weights_norm", weights_norm)),
+                shared_expert_ffn_dim=int(get("expert_shared_feed_forward_length", 0)) if shared else 0)
 
 
 def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
@@ -92,7 +99,9 @@ def tensors_from_gguf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: s
     return dict(tensors)
 
 
-def tensors_from_hf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> dict[str, Tensor]:
+def tensors_from_hf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str,
+                    layer_map: Mapping[str, str] = HF_MOE_LAYER) -> dict[str, Tensor]:
+    """layer_map: the per-layer names besides the experts (qwen2moe.py adds its shared expert's)."""
     experts: dict[tuple[int, str], dict[int, Tensor]] = {}
     rest: dict[str, Tensor] = {}
     for name, t in tensors.items():
@@ -104,7 +113,7 @@ def tensors_from_hf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str
         if layer >= cfg.n_layers or expert >= cfg.n_experts:
             raise WeightError(f"{t.source or source}: unexpected tensor {name!r}")
         experts.setdefault((layer, kind), {})[expert] = t
-    out = rename_hf(rest, HF_MOE_LAYER, cfg.n_layers, cfg.tie_embeddings, source)
+    out = rename_hf(rest, layer_map, cfg.n_layers, cfg.tie_embeddings, source)
     for (layer, kind), per_expert in experts.items():
         out[f"blk.{layer}.ffn_{kind}_exps.weight"] = stack_experts(per_expert, cfg.n_experts, layer, kind, source)
     return out

@@ -28,8 +28,13 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         shapes["output.weight"] = (cfg.vocab_size, cfg.dim)
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
-        shapes |= {p + "attn_q.weight": (q, cfg.dim), p + "attn_k.weight": (kv, cfg.dim),
-                   p + "attn_v.weight": (kv, cfg.dim), p + "attn_output.weight": (cfg.dim, q)}
+        if cfg.layer_kv[i] < 0:  # a linear layer (Qwen3-Next): a Gated DeltaNet in place of attention
+            shapes |= linear_shapes(cfg, p)
+        else:
+            shapes |= {p + "attn_q.weight": (q, cfg.dim), p + "attn_k.weight": (kv, cfg.dim),
+                       p + "attn_v.weight": (kv, cfg.dim), p + "attn_output.weight": (cfg.dim, q)}
+            if cfg.attn_gate:
+                shapes[p + "attn_gate.weight"] = (q, cfg.dim)
         norms = [] if cfg.post_norm else ["attn_norm"] if cfg.shared_ffn_norm else ["attn_norm", "ffn_norm"]
         for norm in norms:
             shapes[p + norm + ".weight"] = (cfg.dim,)
@@ -39,6 +44,12 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
             e, f = cfg.n_experts, cfg.expert_ffn_dim
             shapes |= {p + "ffn_gate_inp.weight": (e, cfg.dim), p + "ffn_gate_exps.weight": (e, f, cfg.dim),
                        p + "ffn_up_exps.weight": (e, f, cfg.dim), p + "ffn_down_exps.weight": (e, cfg.dim, f)}
+            if cfg.shared_expert_ffn_dim:  # the shared expert, a gated MLP of its own width
+                s = cfg.shared_expert_ffn_dim
+                shapes |= {p + "ffn_gate_shexp.weight": (s, cfg.dim), p + "ffn_up_shexp.weight": (s, cfg.dim),
+                           p + "ffn_down_shexp.weight": (cfg.dim, s)}
+            if cfg.shared_expert_gate:  # (dim,) as llama.cpp loads it; a (1, dim) file passes too (the check below)
+                shapes[p + "ffn_gate_inp_shexp.weight"] = (cfg.dim,)
         else:
             shapes |= {p + "ffn_up.weight": (cfg.ffn_dim, cfg.dim), p + "ffn_down.weight": (cfg.dim, cfg.ffn_dim)}
             if cfg.gated_mlp:
@@ -49,7 +60,7 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
             shapes |= {p + "attn_q.bias": (q,), p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
         if cfg.attn_out_bias:
             shapes[p + "attn_output.bias"] = (cfg.dim,)
-        if cfg.qk_norm:
+        if cfg.qk_norm and cfg.layer_kv[i] >= 0:
             qn, kn = ((q,), (kv,)) if cfg.qk_norm_full else ((cfg.head_dim,), (cfg.head_dim,))
             if cfg.qk_norm_per_head:  # one row of gains per head
                 qn, kn = (cfg.n_heads, cfg.head_dim), (cfg.n_kv_heads, cfg.head_dim)
@@ -64,6 +75,15 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
             e, f = cfg.n_experts, cfg.expert_ffn_dim
             shapes |= {p + "ffn_gate_exps.bias": (e, f), p + "ffn_up_exps.bias": (e, f), p + "ffn_down_exps.bias": (e, cfg.dim)}
     return shapes
+
+
+def linear_shapes(cfg: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
+    """A Gated DeltaNet layer's tensors (engine/deltanet.py), llama.cpp's names; `p` the layer's prefix ("blk.0.")."""
+    hk, hv, dk, dv = cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim
+    channels = 2 * hk * dk + hv * dv  # the conv runs over q, k and v
+    return {p + "ssm_in.weight": (2 * hk * dk + 2 * hv * dv, cfg.dim), p + "ssm_ba.weight": (2 * hv, cfg.dim),
+            p + "ssm_conv1d.weight": (channels, cfg.linear_conv), p + "ssm_a": (hv,), p + "ssm_dt.bias": (hv,),
+            p + "ssm_norm.weight": (dv,), p + "ssm_out.weight": (cfg.dim, hv * dv)}
 
 
 def check_tensors(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> None:

@@ -1,7 +1,7 @@
 """Inbound tool-result screening, in two layers here and an optional third on fak's engine.
 
-    inline.py     rules for the shapes injections take (+ normalize.py: hidden text revealed)  ~1 ms
-    model.py      a hashed n-gram classifier shipped with fak, window by window                ~1-3 ms
+    inline.py     rules for the shapes injections take (+ normalize.py: hidden text revealed)  ~0.1-0.8 ms
+    model.py      a hashed n-gram classifier shipped with fak, window by window                ~0.1-0.7 ms
     judge.py      an instruct model asked over the bus (FAK_SCREEN_JUDGE; the adjudicator's)   ~seconds
 
 `Screener.inline` gives the fast verdict every request waits for; `Screener.model_stage` the second

@@ -1,8 +1,8 @@
 """The model stage: a small linear classifier over hashed character and word n-grams, scored window by window.
 
 Why this model: it ships inside fak's own wheel (`fakcore/data/screening/ngram-lr.npz`, 0.7 MB), needs
-numpy and numba only, scores a typical tool result (under 1k characters) in about 0.3 ms on one core (4k
-characters: ~1 ms; the compiled pass is fastmodel.py), and catches what the rules cannot enumerate (social engineering without trigger
+numpy and numba only, scores a typical tool result (under 1k characters) in about 0.2 ms CPU on one core (4k
+characters: ~0.6 ms median; the compiled pass is fastmodel.py), and catches what the rules cannot enumerate (social engineering without trigger
 words, paraphrases, other languages). It is trained by
 `python -m bench screening --train` on fak's own corpus (bench/screening_corpus.py), never on a
 benchmark's data.
