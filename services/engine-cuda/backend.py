@@ -5,6 +5,11 @@ Weights are uploaded once as stored: quant blocks as uint8 rows (Q8_0, Q4_0, Q4_
 F16/BF16 as uint16 bits, F32 as float32; each kernel decodes its format as it multiplies. Any other type
 is a BackendError naming it: this backend never falls back to the CPU.
 
+Beyond a Llama's ops it has the classic decoders' and gpt-oss's (engine/backend.py's optional ones): layernorm
+(with or without bias, per-head gains), activation (erf and tanh GELU), scale, clamp, swiglu_oai, a partial rope
+and the rope attention factor, ALiBi slopes and attention sinks. Not here: a hybrid model's Gated DeltaNet
+(host arithmetic on host activations) and the GPTQ/AWQ, ternary and MXFP4 types, each refused by name.
+
 Every kernel is batch-invariant (kernels.py says how), so `batch_invariant = True` and exact eviction
 gives the fresh prefill's bits on the device too.
 
@@ -247,7 +252,8 @@ class CudaRopeTable:
     """cos/sin for positions 0…n-1 (computed as the reference does), on the host and the device."""
 
     def __init__(self, head_dim: int, theta: float, scaling: RopeScaling):
-        self.inv_freq = rope_inv_freq(head_dim, theta, scaling)
+        self.inv_freq = rope_inv_freq(head_dim, theta, scaling)  # head_dim: the dims rotated (partial: < the head's)
+        self.factor = np.float32(scaling.attention_factor)  # longrope / YaRN: cos and sin scaled
         self.n = 0
         self.cos = self.sin = None
 
@@ -258,7 +264,10 @@ class CudaRopeTable:
             n = max(n, 2 * self.n, 256)
             freqs = np.outer(np.arange(n, dtype=np.float32), self.inv_freq).astype(np.float32)
             emb = np.concatenate([freqs, freqs], axis=-1)
-            self.cos, self.sin = cuda.to_device(np.cos(emb)), cuda.to_device(np.sin(emb))
+            cos, sin = np.cos(emb), np.sin(emb)
+            if self.factor != 1.0:
+                cos, sin = cos * self.factor, sin * self.factor
+            self.cos, self.sin = cuda.to_device(cos), cuda.to_device(sin)
             self.n = n
         return self.cos, self.sin
 
@@ -266,7 +275,8 @@ class CudaRopeTable:
 class CudaBackend:
     name = "cuda"
     batch_invariant = True
-    attention_features = frozenset({"alibi"})  # fakcore/engine/backend.py; kernels.attention
+    attention_features = frozenset({"alibi", "sinks"})  # fakcore/engine/backend.py; kernels.attention
+    rope_features = frozenset({"partial", "attention_factor"})  # kernels.rope, CudaRopeTable
 
     def __init__(self, device: int = 0, lanes: int = 32, max_grid: int = 0):
         """device: the GPU's index among those visible; lanes: threads per dot product (a power of two up to
@@ -287,8 +297,8 @@ class CudaBackend:
         self.f16 = cuda.to_device(kernels.F16_TABLE)
         self.bf16 = cuda.to_device(kernels.BF16_TABLE)
         self._none = cuda.device_array(1, np.float32)  # the bias of a linear without one
-        self._no_alibi = cuda.device_array(0, np.float32)  # the slopes of attention without ALiBi
-        self._alibi: dict[bytes, Any] = {}  # ALiBi slopes on the device, by their host bytes
+        self._empty = cuda.device_array(0, np.float32)  # the slopes / sinks of attention without them
+        self._heads: dict[bytes, Any] = {}  # ALiBi slopes and sink logits on the device, by their host bytes
         self._scratch = cuda.device_array(0, np.float32)  # attention scores, grown on demand
         self._resident: dict[tuple, tuple[Any, DeviceMatrix]] = {}  # embeddings, for a tied LM head
         self._sampler = None  # sampler.DeviceSampler, made at the first `sample`
@@ -420,16 +430,11 @@ class CudaBackend:
         return self.to_host(self.rope(self.cuda.to_device(np.ascontiguousarray(x, dtype=np.float32)), positions, table))
 
     def attention(self, q, k_pre, k, v, segments: list[Segment], layer: int, window: int, scale: float,
-                  softcap: float, alibi: np.ndarray | None = None) -> Any:
+                  softcap: float, alibi: np.ndarray | None = None, sinks: np.ndarray | None = None) -> Any:
         """Per segment: its new rows into its cache's pages, then one launch of (rows, heads) blocks."""
         n_tok, n_heads, dim = q.shape
         out = self.cuda.device_array(q.shape, np.float32)
-        slopes = self._no_alibi
-        if alibi is not None:
-            key = np.ascontiguousarray(alibi, np.float32).tobytes()
-            if key not in self._alibi:
-                self._alibi[key] = self.cuda.to_device(np.frombuffer(key, np.float32))
-            slopes = self._alibi[key]
+        slopes, sink = self._per_head(alibi), self._per_head(sinks)
         for seg in segments:
             cache: CudaKVCache = seg.cache
             if cache.shape[1:] != k.shape[1:] or layer >= cache.shape[0]:
@@ -444,8 +449,18 @@ class CudaBackend:
             scores = self._scores(n * n_heads * (start + n)).reshape(n, n_heads, start + n)
             self.k.attention[(self._g(n), self._g(n_heads)), (self.lanes,)](
                 q, seg.rows.start, n, pk, pv, cache.table, layer, start, int(window), np.float32(scale),
-                np.float32(softcap), slopes, scores, out)
+                np.float32(softcap), slopes, sink, scores, out)
         return out
+
+    def _per_head(self, values: np.ndarray | None) -> Any:
+        """A layer's (n_heads,) ALiBi slopes or sink logits on the device, uploaded once (by their bytes); none:
+        an empty array."""
+        if values is None:
+            return self._empty
+        key = np.ascontiguousarray(values, np.float32).tobytes()
+        if key not in self._heads:
+            self._heads[key] = self.cuda.to_device(np.frombuffer(key, np.float32))
+        return self._heads[key]
 
     def _scores(self, size: int) -> Any:
         if size > self._scratch.shape[0]:
@@ -472,6 +487,42 @@ class CudaBackend:
         out = self.cuda.device_array(x.shape, np.float32)
         n = out.size
         self.k.softcap[self._flat_grid(n)](x.reshape(n), np.float32(cap), out.reshape(n))
+        return out
+
+    def layernorm(self, x: Any, w: Any, b: Any, eps: float) -> Any:
+        """Over the last axis; w and b of its width, or of heads * width for (T, heads, D) input."""
+        x = self._dev(x)
+        shape = tuple(x.shape)
+        x2 = x.reshape(int(np.prod(shape[:-1], dtype=np.int64)), shape[-1])
+        out = self.cuda.device_array(x2.shape, np.float32)
+        bias, has = (self._none, False) if b is None else (b, True)
+        self.k.layernorm[(self._g(x2.shape[0]),), (self.lanes,)](x2, w, bias, has, np.float32(eps), out)
+        return out.reshape(shape)
+
+    def activation(self, x: Any, act: str) -> Any:
+        kernel = {"gelu": self.k.gelu_erf, "gelu_tanh": self.k.gelu_tanh}.get(act)
+        if kernel is None:
+            raise BackendError(f"cuda backend: no kernel for the activation {act!r}")
+        return self._elementwise(kernel, x)
+
+    def swiglu_oai(self, gate: Any, up: Any, alpha: float, limit: float) -> Any:
+        out = self.cuda.device_array(gate.shape, np.float32)
+        n = out.size
+        self.k.swiglu_oai[self._flat_grid(n)](gate.reshape(n), up.reshape(n), np.float32(alpha), np.float32(limit),
+                                              out.reshape(n))
+        return out
+
+    def scale(self, x: Any, s: float) -> Any:
+        return self._elementwise(self.k.scale, x, np.float32(s))
+
+    def clamp(self, x: Any, c: float) -> Any:
+        return self._elementwise(self.k.clamp, x, np.float32(c))
+
+    def _elementwise(self, kernel, x: Any, *args: Any) -> Any:
+        x = self._dev(x)
+        out = self.cuda.device_array(x.shape, np.float32)
+        n = out.size
+        kernel[self._flat_grid(n)](x.reshape(n), *args, out.reshape(n))
         return out
 
     def take_rows(self, x: Any, rows: np.ndarray) -> Any:
@@ -503,10 +554,10 @@ class CudaBackend:
         """A cache with pages for `capacity` slots from the pool of its shape (made at the first, for the
         plan_kv budget); the pool grows past that."""
         self.bind()
-        shape = (config.n_layers, config.n_kv_heads, config.head_dim)
+        shape = (config.n_kv_layers, config.n_kv_heads, config.head_dim)
         pages = self._pages.get(shape)
         if pages is None:
-            page_bytes = 3 * 4 * config.n_layers * config.n_kv_heads * self.k.PAGE * config.head_dim
+            page_bytes = 3 * 4 * config.n_kv_layers * config.n_kv_heads * self.k.PAGE * config.head_dim
             pages = self._pages[shape] = KVPages(self, shape, max(MIN_PAGES, self.kv_budget // page_bytes))
         return CudaKVCache(self, pages, *shape, capacity=capacity, rope=self.host_rope)
 

@@ -11,7 +11,7 @@ that token alone, in an order fixed by the block shape (`lanes` threads per dot 
 input, summed by a fixed tree), never by how many tokens share the launch. Every kernel loops grid-stride
 over its work items, so a smaller grid (the simulator's tests) computes the same bits:
     linear     one (token, output row) per `lanes` threads: lane l sums units l, l+lanes, ...; a tree adds lanes
-    rmsnorm    one row per block, the same strided sum and tree
+    rmsnorm    one row per block, the same strided sum and tree (layernorm: one for the mean, one for the variance)
     attention  one (token, head) per block: scores key by key, a fixed tree for max and sum, values in key order
     the rest   elementwise
 
@@ -333,16 +333,50 @@ def rmsnorm(x, w, eps, out):
 
 
 @cuda.jit
+def layernorm(x, w, b, has_b, eps, out):
+    """out[i] = (x[i] - mean) / sqrt(var + eps) * w (+ b), a row per block (the strided sum and tree of rmsnorm,
+    once for the mean and once for the centred squares). w, b hold n values, or g * n for rows that are g heads
+    of n (row i takes gain row i % g)."""
+    lane, lanes = cuda.threadIdx.x, cuda.blockDim.x
+    n = x.shape[1]
+    groups = w.shape[0] // n
+    part = cuda.shared.array((1, MAX_LANES), float32)
+    for i in range(cuda.blockIdx.x, x.shape[0], cuda.gridDim.x):
+        g = (i % groups) * n
+        acc = float32(0.0)
+        for k in range(lane, n, lanes):
+            acc += x[i, k]
+        part[0, lane] = acc
+        mean = tree_sum(part, 0, lane, lanes) / float32(n)
+        cuda.syncthreads()  # every thread has read the mean out of part[0, 0]
+        acc = float32(0.0)
+        for k in range(lane, n, lanes):
+            c = x[i, k] - mean
+            acc += c * c
+        part[0, lane] = acc
+        denom = math.sqrt(tree_sum(part, 0, lane, lanes) / float32(n) + eps)
+        for k in range(lane, n, lanes):
+            y = ((x[i, k] - mean) / denom) * w[g + k]
+            out[i, k] = y + b[g + k] if has_b else y
+        cuda.syncthreads()
+
+
+@cuda.jit
 def rope(x, positions, cos, sin, out):
-    """HF's rotate_half RoPE of x (T, H, D): out = x cos + rotate_half(x) sin; grid-stride over (T, H)."""
+    """HF's rotate_half RoPE of x (T, H, D) over its leading R dims, R = cos.shape[1] (R < D: partial rotary,
+    the rest of each head passes unchanged): out = x cos + rotate_half(x) sin; grid-stride over (T, H)."""
     dim = x.shape[2]
-    half = dim // 2
+    rot = cos.shape[1]
+    half = rot // 2
     for t in range(cuda.blockIdx.x, x.shape[0], cuda.gridDim.x):
         p = positions[t]
         for h in range(cuda.blockIdx.y, x.shape[1], cuda.gridDim.y):
             for d in range(cuda.threadIdx.x, dim, cuda.blockDim.x):
-                rot = -x[t, h, d + half] if d < half else x[t, h, d - half]
-                out[t, h, d] = x[t, h, d] * cos[p, d] + rot * sin[p, d]
+                if d < rot:
+                    r = -x[t, h, d + half] if d < half else x[t, h, d - half]
+                    out[t, h, d] = x[t, h, d] * cos[p, d] + r * sin[p, d]
+                else:
+                    out[t, h, d] = x[t, h, d]
 
 
 @cuda.jit
@@ -384,10 +418,11 @@ def rows_to_pages(rows, table, start, pages):
 
 
 @cuda.jit
-def attention(q, row0, n, pk, pv, table, layer, start, window, scale, softcap, slopes, scores, out):
+def attention(q, row0, n, pk, pv, table, layer, start, window, scale, softcap, slopes, sinks, scores, out):
     """Causal (optionally windowed, soft-capped) attention of one segment's n new rows over its cache's pages
     (pk, pv (pages, L, Hkv, PAGE, D); slot j is row j % PAGE of page table[j // PAGE]).
     slopes (H,): ALiBi, head h's score of key j + slopes[h] * (j - pos) after the scale; empty: none.
+    sinks (H,): gpt-oss, head h's softmax takes one more logit sinks[h] that has no value; empty: none.
 
     Work item (i, h), grid-stride over (n, H): query row row0 + i (position start + i), head h, over keys
     lo…pos of kv head h // group. `scores` (n, H, S) is scratch. The order of every sum depends on pos and
@@ -418,6 +453,8 @@ def attention(q, row0, n, pk, pv, table, layer, start, window, scale, softcap, s
                     m = s
             part[0, tid] = m
             mx = tree_max(part, 0, tid, nt)
+            if sinks.shape[0] > 0 and sinks[h] > mx:
+                mx = sinks[h]
             acc = float32(0.0)
             for j in range(lo + tid, pos + 1, nt):
                 e = math.exp(scores[i, h, j] - mx)
@@ -426,6 +463,8 @@ def attention(q, row0, n, pk, pv, table, layer, start, window, scale, softcap, s
             cuda.syncthreads()  # every thread has read mx out of part[0, 0]
             part[0, tid] = acc
             total = tree_sum(part, 0, tid, nt)  # its barriers also publish every thread's scores
+            if sinks.shape[0] > 0:
+                total += math.exp(sinks[h] - mx)
             for d in range(tid, dim, nt):
                 o = float32(0.0)
                 for j in range(lo, pos + 1):
@@ -450,6 +489,44 @@ def gated_gelu_tanh(gate, up, out):
         g = gate[k]
         inner = c * (g + float32(0.044715) * (g * g * g))
         out[k] = (float32(0.5) * g * (float32(1.0) + math.tanh(inner))) * up[k]
+
+
+@cuda.jit
+def gelu_erf(x, out):
+    """torch's exact GELU: 0.5 x (1 + erf(x / sqrt 2))."""
+    r = float32(math.sqrt(2.0))
+    for k in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        v = x[k]
+        out[k] = float32(0.5) * v * (float32(1.0) + math.erf(v / r))
+
+
+@cuda.jit
+def gelu_tanh(x, out):
+    c = float32(math.sqrt(2.0 / math.pi))
+    for k in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        v = x[k]
+        out[k] = float32(0.5) * v * (float32(1.0) + math.tanh(c * (v + float32(0.044715) * (v * v * v))))
+
+
+@cuda.jit
+def swiglu_oai(gate, up, alpha, limit, out):
+    """gpt-oss's experts: g = min(gate, limit), u = clip(up, -limit, limit), (u + 1) * g * sigmoid(alpha g)."""
+    for k in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        g = min(gate[k], limit)
+        u = min(max(up[k], -limit), limit)
+        out[k] = (u + float32(1.0)) * (g / (float32(1.0) + math.exp(-alpha * g)))
+
+
+@cuda.jit
+def scale(x, s, out):
+    for k in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        out[k] = x[k] * s
+
+
+@cuda.jit
+def clamp(x, c, out):
+    for k in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        out[k] = min(max(x[k], -c), c)
 
 
 @cuda.jit

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from fak_engine_cuda.backend import CudaKVCache, KVPages
-from fakcore.engine.backend import BackendError, Segment
+from fakcore.engine.backend import Segment
 from fakcore.engine.kvcache import KVCache
 from fakcore.engine.reference import ReferenceBackend
-from fakcore.engine.transformer import check_backend
-from fakcore.models.config import ModelConfig, alibi_slopes
+from fakcore.models.config import alibi_slopes
 from tests.cuda.support import cuda_backend
 
 TOL = 1e-5
@@ -77,11 +76,3 @@ def test_alibi_attention_is_batch_invariant(be):
     one = attend(be, [alone[1]], q[1:2], k[1:2], v[1:2], [slice(0, 1)], slopes, True)
     two = attend(be, [alone[1]], q[2:3], k[2:3], v[2:3], [slice(0, 1)], slopes, True)
     assert np.array_equal(np.concatenate([one, two]), together[1:3])
-
-
-def test_an_mpt_model_names_what_the_cuda_backend_lacks(be):
-    cfg = ModelConfig(arch="mpt", vocab_size=32, dim=32, n_layers=1, n_heads=2, n_kv_heads=2, head_dim=16, ffn_dim=128,
-                      norm_eps=1e-5, rope_theta=10000.0, context_length=64, norm="layer", gated_mlp=False, act="gelu",
-                      alibi_max_bias=8.0, clip_qkv=2.0)
-    with pytest.raises(BackendError, match="cuda backend cannot run mpt: it has no layernorm, activation, clamp$"):
-        check_backend(cfg, be)
