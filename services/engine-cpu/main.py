@@ -34,7 +34,7 @@ async def bootstrap(svc: Service) -> None:
     backend = (make_backend(s.backend, threads=s.threads, activations=s.activations) if s.backend == "numba"
                else make_backend(s.backend))
     svc.starting = f"loading {s.model}"
-    model = await in_own_thread(load_model, s.model, backend, s.cache_dir)
+    model = await in_own_thread(load_model, s.model, backend, s.cache_dir, s.state_checkpoint_every)
     log.info("loaded %s in %.2fs", describe(model), time.perf_counter() - t0)
     svc.starting = f"warming up {model.backend.name} (compiling its kernels on a first start)"
     log.info("%s: warming up the %s kernels (a first start on this machine compiles them, ~10-60 s; cached after)",

@@ -186,3 +186,15 @@ def test_a_qwen3next_gguf_is_an_explicit_error():
 
     with pytest.raises(ConfigError, match="qwen3next GGUF files are not supported yet"):
         qwen3next.config_from_gguf({}, {}, "model.gguf")
+
+
+def test_load_model_takes_the_checkpoint_spacing_of_the_setting(exported):
+    """FAK_STATE_CHECKPOINT_EVERY reaches the worker's caches through load_model (engine-cpu passes it)."""
+    from fakcore.engine.loader import load_model
+    from fakcore.settings import Settings
+
+    every = Settings.load(env={"FAK_STATE_CHECKPOINT_EVERY": "5"}).state_checkpoint_every
+    tf = load_model(str(exported[1]), fak_backend("reference"), checkpoint_every=every).transformer
+    cache = tf.new_cache()
+    prefill(tf, cache, tokens_for(2).tolist()[:12])
+    assert tf.checkpoint_every == 5 and sorted(cache.recurrent.checkpoints) == [5, 10]  # (0: the zero state)

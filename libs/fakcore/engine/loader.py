@@ -19,6 +19,7 @@ import numpy as np
 
 import fakcore.engine.reference  # noqa: F401  registers "reference", the backend shared code ships
 from fakcore.engine.backend import Backend, BackendError, Segment
+from fakcore.engine.deltanet import CHECKPOINT_EVERY
 from fakcore.engine.registry import BACKENDS
 from fakcore.engine.transformer import Transformer, load_weights
 from fakcore.formats.tensor import Tensor
@@ -76,7 +77,8 @@ def make_backend(name: str, **options: Any) -> Backend:
     raise BackendError(f"unknown backend {name!r}: expected {', '.join(PROVIDERS)}")
 
 
-def load_model(ref: str, backend: Backend, cache_dir: str = "") -> LoadedModel:
+def load_model(ref: str, backend: Backend, cache_dir: str = "", checkpoint_every: int = CHECKPOINT_EVERY) -> LoadedModel:
+    """checkpoint_every: a hybrid model's state checkpoint spacing (FAK_STATE_CHECKPOINT_EVERY; Transformer)."""
     if ref == "synthetic":
         return _load_synthetic(backend)
     from fakcore.models.sources import catalogue_sampling, resolve
@@ -86,7 +88,7 @@ def load_model(ref: str, backend: Backend, cache_dir: str = "") -> LoadedModel:
 
     ckpt = load_checkpoint(path)
     weights = load_weights(ckpt.config, ckpt.tensors, backend, ckpt.source)
-    return LoadedModel(name=ref, config=ckpt.config, transformer=Transformer(ckpt.config, weights, backend),
+    return LoadedModel(name=ref, config=ckpt.config, transformer=Transformer(ckpt.config, weights, backend, checkpoint_every),
                        tokenizer=ckpt.tokenizer, template=ckpt.template, weights_digest=digest_tensors(ckpt.tensors),
                        source=ckpt.source, sampling=catalogue_sampling(ref) or ckpt.sampling)  # the file's own: read once, by the checkpoint
 

@@ -359,3 +359,11 @@ def test_fak_up_refuses_what_its_embedded_server_cannot_do(tmp_path):
             Topology(Settings.load(env={}, data_dir="temp", **overrides)).start()  # before anything starts
     assert embedded_tls(Settings.load(env={}, stream_replicas=3, nats_url="nats://h:4222")) is None  # a cluster's
     assert embedded_tls(Settings.load(env={}, **server)) == ServerTLS(str(pem), str(pem))
+
+
+def test_the_state_checkpoint_spacing_is_a_positive_whole_number():
+    assert Settings.load(env={}).state_checkpoint_every == 256
+    assert Settings.load(env={"FAK_STATE_CHECKPOINT_EVERY": "64"}).state_checkpoint_every == 64
+    for text in ("0", "-4"):
+        with pytest.raises(SettingsError, match=f"^FAK_STATE_CHECKPOINT_EVERY={text}: expected a whole number from 1 to"):
+            Settings.load(env={"FAK_STATE_CHECKPOINT_EVERY": text})
