@@ -16,8 +16,8 @@ gives the fresh prefill's bits on the device too.
 KV caches (CudaKVCache) live on the device, paged: one pool per model shape (KVPages, pages of kernels.PAGE
 slots of keys, values and pre-RoPE keys), a page table per cache. The forward pass writes new rows into the
 pages and attention reads them through the table; nothing comes back per step. The KV-MMU's moves (drop,
-copy_prefix, rerotate) and digests run on a host mirror brought up to the device first (`pull`); a move
-pushes back only the slots it changed.
+copy_prefix, rerotate) run on the device too; a host mirror is brought up to the device (`sync_host`) only for
+digests (receipts) and host_kv.
 
 Sampling (`sample`, sampler.py): the sampler's choice made on the device from logits left there; only the token
 ids come back. Bit for bit sampling.Sampler's arithmetic but for exp (sampler.py says what that means).
@@ -153,11 +153,11 @@ class KVPages:
 
 class CudaKVCache(KVCache):
     """KVCache whose truth is on the device, in its model's KVPages: the forward pass writes a layer's new rows
-    into the cache's pages (kernels.store_kv) and attention reads them through the page table; nothing comes
-    back per step. The host arrays of engine/kvcache.KVCache are a mirror, brought up to the device (`pull`,
-    one gather and copy) only before what reads them: the KV-MMU's moves (drop, copy_prefix, rerotate, which
-    stay KVCache's host arithmetic), digests and host_kv. A move pushes back only the slots it changed
-    (`keys_changed`). Slots below `host_upto` hold the device's bits on the host."""
+    into the cache's pages (kernels.store_kv) and attention reads them through the page table; the KV-MMU's
+    moves (drop, copy_prefix, rerotate: KVCache's metadata arithmetic around _move_slots, _copy_slots and
+    _rotate_slots) run as device kernels, the re-rotation with the forward pass's own rope. Nothing comes back
+    per step or per move. The host arrays of engine/kvcache.KVCache are a mirror, brought up to the device
+    (`sync_host`, one gather and copy) only for digests and host_kv; slots below `host_upto` hold the device's bits."""
 
     def __init__(self, backend: CudaBackend, pages: KVPages, n_layers: int, n_kv_heads: int, head_dim: int,
                  **kw: Any):
@@ -185,18 +185,10 @@ class CudaKVCache(KVCache):
     # -- the mirror ----------------------------------------------------------------------------------------
     def device_rows(self, start: int, stop: int) -> list[np.ndarray]:
         """Slots start…stop-1 as the pages hold them, on the host: (L, Hkv, n, D) for k, v and k_pre."""
-        n_layers, n_kv, hd = self.shape
-        n = stop - start
-        out = []
-        for pages in self.pages.arrays:
-            rows = self.be.cuda.device_array((n_layers, n_kv, n, hd), np.float32)
-            if n > 0:
-                self.be.k.pages_to_rows[(self.be._g(n), self.be._g(n_layers * n_kv)), (min(hd, 4 * self.be.lanes),)](
-                    pages, self.table, start, rows)
-            out.append(rows.copy_to_host())
-        return out
+        return [self._gather(pages, self.table, start, stop - start).copy_to_host() for pages in self.pages.arrays]
 
-    def pull(self) -> None:
+    def sync_host(self) -> None:
+        """The mirror up to the pages for the committed slots (those past host_upto: one gather and copy)."""
         a, n = self.host_upto, self.length
         if n > a:
             for host, rows in zip(self._arrays(), self.device_rows(a, n), strict=True):
@@ -204,47 +196,71 @@ class CudaKVCache(KVCache):
         self.host_upto = max(a, n)
 
     def keys_changed(self, start: int, stop: int) -> None:
-        """Slots start…stop-1 of the mirror changed (a move): they go up to the pages, k, v and k_pre."""
+        """A move changed slots from `start` on, on the device (the _*_slots below): the mirror is behind there."""
+        self.host_upto = min(self.host_upto, start)
+
+    # -- the KV-MMU's moves, on the device (KVCache's metadata arithmetic around them) ------------------------
+    def _gather(self, pages: Any, table: Any, start: int, n: int) -> Any:
+        """Slots start…start+n-1 of every layer through `table`: a device (L, Hkv, n, D) array."""
         n_layers, n_kv, hd = self.shape
-        n = stop - start
+        rows = self.be.cuda.device_array((n_layers, n_kv, n, hd), np.float32)
+        if n > 0:
+            self.be.k.pages_to_rows[(self.be._g(n), self.be._g(n_layers * n_kv)), (min(hd, 4 * self.be.lanes),)](
+                pages, table, start, rows)
+        return rows
+
+    def _scatter(self, rows: Any, start: int, pages: Any) -> None:
+        """(L, Hkv, n, D) device rows into this cache's slots start…start+n-1."""
+        n_layers, n_kv, n, hd = rows.shape
+        self.be.k.rows_to_pages[(self.be._g(n), self.be._g(n_layers * n_kv)), (min(hd, 4 * self.be.lanes),)](
+            rows, self.table, start, pages)
+
+    def _move_slots(self, src_start: int, src_stop: int, dst: int) -> None:
+        n = src_stop - src_start
+        if n > 0:  # through a staging array: overlapping ranges move as KVCache's do
+            for pages in self.pages.arrays:
+                self._scatter(self._gather(pages, self.table, src_start, n), dst, pages)
+
+    def _copy_slots(self, src: KVCache, n: int) -> None:
         if n <= 0:
             return
-        for host, pages in zip(self._arrays(), self.pages.arrays, strict=True):
-            rows = self.be.cuda.to_device(np.ascontiguousarray(host[:, :, start:stop]))
-            self.be.k.rows_to_pages[(self.be._g(n), self.be._g(n_layers * n_kv)), (min(hd, 4 * self.be.lanes),)](
-                rows, self.table, start, pages)
-
-    # -- what reads the mirror pulls it first ---------------------------------------------------------------
-    def drop(self, start: int, end: int) -> None:
-        self.pull()
-        super().drop(start, end)
-        self.host_upto = self.length
-
-    def copy_prefix(self, src: KVCache, n: int) -> None:
         if isinstance(src, CudaKVCache):
-            src.pull()
-        super().copy_prefix(src, n)
-        self.host_upto = self.length
+            for mine, theirs in zip(self.pages.arrays, src.pages.arrays, strict=True):
+                self._scatter(self._gather(theirs, src.table, 0, n), 0, mine)
+            return
+        if src.k_pre is None:
+            raise BackendError("a cuda KV cache keeps pre-RoPE keys: it cannot take a prefix from a cache without them")
+        for host, pages in zip(src._arrays(), self.pages.arrays, strict=True):  # a host cache's slots up
+            self._scatter(self.be.cuda.to_device(np.ascontiguousarray(host[:, :, :n])), 0, pages)
 
-    def rerotate(self, start: int, stop: int, tables: list[Any]) -> None:
-        self.pull()
-        super().rerotate(start, stop, tables)
+    def _rotate_slots(self, start: int, stop: int, tables: list[Any]) -> None:
+        """Layer by layer, the pre-RoPE keys through the forward pass's own rope kernel into the keys."""
+        _, n_kv, hd = self.shape
+        n = stop - start
+        keys, _, pre = self.pages.arrays
+        positions = np.arange(start, stop)
+        grid, threads = (self.be._g(n), self.be._g(n_kv)), (min(hd, 4 * self.be.lanes),)
+        for layer, table in enumerate(tables):
+            rows = self.be.cuda.device_array((n, n_kv, hd), np.float32)
+            self.be.k.layer_rows[grid, threads](pre, self.table, layer, start, rows)
+            self.be.k.rows_to_layer[grid, threads](self.be.rope(rows, positions, table), self.table, layer, start, keys)
 
     def truncate(self, n: int) -> None:
         super().truncate(n)
         self.host_upto = min(self.host_upto, self.length)
 
     def host_kv(self) -> tuple[np.ndarray, np.ndarray]:
-        self.pull()
+        self.sync_host()
         return super().host_kv()
 
     def digest(self) -> str:
-        self.pull()
+        self.sync_host()
         return super().digest()
 
     @property
     def nbytes(self) -> int:
-        """Its pages' device memory (the KV budget counts the device); the host mirror is as large again."""
+        """Its pages' device memory (the KV budget counts the device); the host mirror, as large, holds what was
+        last pulled."""
         return len(self.page_ids) * self.pages.page_bytes
 
 

@@ -418,6 +418,28 @@ def rows_to_pages(rows, table, start, pages):
 
 
 @cuda.jit
+def layer_rows(pages, table, layer, start, out):
+    """out[i, h] = slot start + i of layer `layer`, kv head h: (n, Hkv, D), the layout rope takes."""
+    for i in range(cuda.blockIdx.x, out.shape[0], cuda.gridDim.x):
+        slot = start + i
+        page, at = table[slot // PAGE], slot % PAGE
+        for h in range(cuda.blockIdx.y, out.shape[1], cuda.gridDim.y):
+            for d in range(cuda.threadIdx.x, out.shape[2], cuda.blockDim.x):
+                out[i, h, d] = pages[page, layer, h, at, d]
+
+
+@cuda.jit
+def rows_to_layer(x, table, layer, start, pages):
+    """The inverse of layer_rows: (n, Hkv, D) rows into slots start…start+n-1 of layer `layer`."""
+    for i in range(cuda.blockIdx.x, x.shape[0], cuda.gridDim.x):
+        slot = start + i
+        page, at = table[slot // PAGE], slot % PAGE
+        for h in range(cuda.blockIdx.y, x.shape[1], cuda.gridDim.y):
+            for d in range(cuda.threadIdx.x, x.shape[2], cuda.blockDim.x):
+                pages[page, layer, h, at, d] = x[i, h, d]
+
+
+@cuda.jit
 def attention(q, row0, n, pk, pv, table, layer, start, window, scale, softcap, slopes, sinks, scores, out):
     """Causal (optionally windowed, soft-capped) attention of one segment's n new rows over its cache's pages
     (pk, pv (pages, L, Hkv, PAGE, D); slot j is row j % PAGE of page table[j // PAGE]).

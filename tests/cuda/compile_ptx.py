@@ -49,6 +49,8 @@ def signatures(k, sampler) -> dict:
         "store_kv": (k.store_kv, (x3, x3, x3, i64, i64, p5, p5, p5, table, i64, i64)),
         "pages_to_rows": (k.pages_to_rows, (p5, table, i64, c4)),
         "rows_to_pages": (k.rows_to_pages, (c4, table, i64, p5)),
+        "layer_rows": (k.layer_rows, (p5, table, i64, i64, x3)),
+        "rows_to_layer": (k.rows_to_layer, (x3, table, i64, i64, p5)),
         "attention": (k.attention, (x3, i64, i64, p5, p5, table, i64, i64, i64, f32, f32, v32, v32, x3, x3)),
         "layernorm": (k.layernorm, (m32, v32, v32, flag, f32, m32)),
         "gelu_erf": (k.gelu_erf, (v32, v32)),

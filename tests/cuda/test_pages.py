@@ -3,6 +3,8 @@
 - the forward pass writes the pages alone: nothing comes back per step, the mirror is brought up only by what
   reads it (a digest, a move), and then holds the pages' bits;
 - sequences whose pages interleave in the pool decode, batched, with the bits each has alone in a fresh cache;
+- the KV-MMU's moves (drop, copy_prefix, rerotate) run on the device, leaving the mirror behind, and give the
+  bits KVCache's host arithmetic gives on the same slots;
 - a freed cache's pages go back to the pool and are reused; a full pool grows, the pages it held keep their
   bits; a device out of memory while growing is an error with the numbers.
 """
@@ -17,6 +19,7 @@ import pytest
 from fak_engine_cuda.backend import CudaBackend, KVPages
 from fakcore.engine.backend import BackendError, Segment
 from fakcore.engine.eviction import prefill
+from fakcore.engine.kvcache import KVCache
 from tests.cuda.support import MODEL_LANES, SIMULATED, TINY, tiny_tensors, transformer
 
 rng = np.random.default_rng(5)
@@ -67,6 +70,26 @@ def test_sequences_whose_pages_interleave_decode_with_the_bits_each_has_alone(tf
         alone.append(tf.forward(np.asarray([nxt], np.int64), [Segment(fresh, slice(0, 1))])[0])
         assert fresh.digest() == (a if seq is seq_a else b).digest()
     assert np.array_equal(both[0], alone[0]) and np.array_equal(both[1], alone[1])
+
+
+def test_the_moves_run_on_the_device_with_the_bits_of_the_host_arithmetic(tf):
+    cache = tf.new_cache()
+    prefill(tf, cache, TOKENS[:40], chunk=16)
+    host = KVCache(*cache.shape, capacity=64, rope=tf.be.host_rope)  # the same slots, moved on the host
+    host.copy_prefix(cache, 40)  # (brings the mirror up once: sync_host)
+    assert cache.host_upto == 40
+    for c in (cache, host):
+        c.drop(5, 19)  # the gap closed: 26 slots left, 21 of them moved
+        c.rerotate(5, c.length, tf.rope)
+    assert cache.host_upto == 5  # the moves ran on the pages: the mirror is behind from the first moved slot
+    for mine, theirs in zip(cache.device_rows(0, cache.length), host._arrays(), strict=True):
+        assert np.array_equal(mine, theirs[:, :, :cache.length])
+    copied = tf.new_cache()
+    copied.copy_prefix(cache, 20)  # device to device
+    assert copied.host_upto == 0 and copied.tokens == cache.tokens[:20]
+    for mine, theirs in zip(copied.device_rows(0, 20), cache.device_rows(0, 20), strict=True):
+        assert np.array_equal(mine, theirs)
+    assert cache.digest() == host.digest() and cache.host_upto == cache.length
 
 
 def test_a_freed_cache_gives_its_pages_back_and_a_full_pool_grows_keeping_them(tf):

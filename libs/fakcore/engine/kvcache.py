@@ -15,7 +15,8 @@ memory is a method here and moves the metadata with it, so no caller can move on
 
 All of them are bit-exact copies or the forward pass's own arithmetic, so the claims of docs/architecture.md §3 hold. A
 backend whose attention reads another layout of the keys subclasses this and keeps it in step in
-`keys_changed` (engine-cpu's NumbaKVCache).
+`keys_changed` (engine-cpu's NumbaKVCache); one whose memory lives elsewhere overrides the memory half of the
+moves, `_move_slots`, `_copy_slots` and `_rotate_slots` (engine-cuda's paged CudaKVCache).
 
 A hybrid model's cache (Qwen3-Next) keeps keys and values for its attention layers only (ModelConfig.layer_kv)
 and, in `recurrent`, the state of its linear layers with checkpoints (engine/deltanet.py's RecurrentState). That
@@ -111,9 +112,7 @@ class KVCache:
         if self.recurrent is not None:
             raise ValueError("cannot drop positions from a hybrid model's cache: its linear layers' recurrent state "
                              "sums up every position and cannot be shifted (exact eviction recomputes instead)")
-        n = self.length
-        for arr in self._arrays():
-            arr[:, :, start:n - d] = arr[:, :, end:n].copy()
+        self._move_slots(end, self.length, start)
         del self.tokens[start:end]
         self.length -= d
         self.spans = cut_spans(self.spans, [(start, end)])
@@ -125,9 +124,7 @@ class KVCache:
         describe the request, not the memory."""
         assert self.length == 0 and n <= src.length and self.shape == src.shape, (self.length, n, src.length)
         self.reserve(n)
-        for theirs, mine in ((src.k, self.k), (src.v, self.v), (src.k_pre, self.k_pre)):
-            if theirs is not None and mine is not None:
-                mine[:, :, :n] = theirs[:, :, :n]
+        self._copy_slots(src, n)
         if src.recurrent is not None:  # the state after n (a checkpoint, or src's length; else ValueError)
             self.recurrent.copy_prefix(src.recurrent, n)
         self.commit(src.tokens[:n])
@@ -141,11 +138,32 @@ class KVCache:
         assert stop <= self.length, (stop, self.length)
         if stop <= start:
             return
+        self._rotate_slots(start, stop, tables)
+        self.keys_changed(start, stop)
+
+    def sync_host(self) -> None:
+        """Bring k, v and k_pre up to date on the host: a cache whose memory lives elsewhere (engine-cuda's pages)
+        copies it back; these arrays are the memory here."""
+
+    # -- the memory those moves move: a backend whose cache lives elsewhere (engine-cuda's pages) overrides these
+    def _move_slots(self, src_start: int, src_stop: int, dst: int) -> None:
+        """Slots src_start…src_stop-1 of every layer (k, v, k_pre) to dst…, bit for bit (ranges may overlap)."""
+        for arr in self._arrays():
+            arr[:, :, dst:dst + src_stop - src_start] = arr[:, :, src_start:src_stop].copy()
+
+    def _copy_slots(self, src: KVCache, n: int) -> None:
+        """src's slots 0…n-1 of every layer into this cache's, bit for bit."""
+        src.sync_host()
+        for theirs, mine in ((src.k, self.k), (src.v, self.v), (src.k_pre, self.k_pre)):
+            if theirs is not None and mine is not None:
+                mine[:, :, :n] = theirs[:, :, :n]
+
+    def _rotate_slots(self, start: int, stop: int, tables: list[Any]) -> None:
+        """k of slots start…stop-1 = the backend's rope of their pre-RoPE keys at their positions, layer by layer."""
         positions = np.arange(start, stop)
         for layer, table in enumerate(tables):
             rows = self.k_pre[layer, :, start:stop].transpose(1, 0, 2)  # (T, Hkv, D)
             self.k[layer, :, start:stop] = self.rope(rows, positions, table).transpose(1, 0, 2)
-        self.keys_changed(start, stop)
 
     def truncate(self, n: int) -> None:
         """Forget every position from n on (their slots are reused by the next write). A hybrid model's cache
