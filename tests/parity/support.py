@@ -96,6 +96,10 @@ FAMILIES: dict[str, Family] = {
                                            rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
     # 8 experts of width 32, top 2 renormalised (what llama.cpp assumes of every qwen3moe GGUF)
     "qwen3moe": Family("qwen3_moe", "qwen3moe", dict(num_hidden_layers=3, tie_word_embeddings=False, **MOE)),
+    # dense layers among the sparse ones: layer 0 in mlp_only_layers, a SiLU MLP of intermediate_size; llama.cpp's
+    # qwen3moe has no dense layer, so safetensors only
+    "qwen3moe-mixed": Family("qwen3_moe", "qwen3moe", dict(num_hidden_layers=3, tie_word_embeddings=False,
+                                                           mlp_only_layers=[0], **MOE), gguf_ok=False),
     # top 3 of 8 without renormalising: the converter writes no flag for it, so safetensors only
     "qwen3moe-unnormed": Family("qwen3_moe", "qwen3moe", dict(num_hidden_layers=2, tie_word_embeddings=True,
                                                               **(MOE | dict(num_experts_per_tok=3, norm_topk_prob=False))),
@@ -155,6 +159,13 @@ FAMILIES: dict[str, Family] = {
                                                      shared_expert_intermediate_size=64, norm_topk_prob=False,
                                                      use_sliding_window=False,
                                                      rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    # decoder_sparse_step 2: the experts (and the shared expert) on layer 1 only, layers 0 and 2 dense
+    "qwen2moe-step2": Family("qwen2_moe", "qwen2moe", dict(num_hidden_layers=3, tie_word_embeddings=False, num_experts=8,
+                                                           num_experts_per_tok=2, moe_intermediate_size=32,
+                                                           shared_expert_intermediate_size=64, norm_topk_prob=False,
+                                                           use_sliding_window=False, decoder_sparse_step=2,
+                                                           rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+                             gguf_ok=False),
     # top 3 of 8 renormalised, a tied head: the converter writes no flag for norm_topk_prob, so safetensors only
     "qwen2moe-normed": Family("qwen2_moe", "qwen2moe", dict(num_hidden_layers=2, tie_word_embeddings=True, num_experts=8,
                                                             num_experts_per_tok=3, moe_intermediate_size=32,
@@ -244,7 +255,7 @@ FAMILIES: dict[str, Family] = {
                               gguf_ok=False),
     # Qwen3-Next, the hybrid: Gated DeltaNet layers (2 key heads of 16, 4 value heads of 8: grouped, a conv of 4)
     # around one gated attention layer (a quarter of each head rotated), zero-centred norms, the dense MLP on every
-    # layer (mlp_only_layers). No GGUF writer yet (models/qwen3next.py): safetensors only
+    # layer (mlp_only_layers). No GGUF: llama.cpp's tensor map has no dense MLP for qwen3next
     "qwen3next": Family("qwen3_next", "qwen3next", dict(num_hidden_layers=4, tie_word_embeddings=False,
                                                         layer_types=["linear_attention", "linear_attention",
                                                                      "full_attention", "linear_attention"],
@@ -254,19 +265,29 @@ FAMILIES: dict[str, Family] = {
                                                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                                          "partial_rotary_factor": 0.25}),
                         gguf_ok=False),
+    # the hybrid's MoE on layers 1 and 2 only (mlp_only_layers [0, 3]): dense MLPs on a linear and an attention layer
+    "qwen3next-mixed": Family("qwen3_next", "qwen3next", dict(num_hidden_layers=4, tie_word_embeddings=True,
+                                                              full_attention_interval=2, linear_num_key_heads=2,
+                                                              linear_num_value_heads=4, linear_key_head_dim=16,
+                                                              linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                                                              num_experts=4, num_experts_per_tok=2,
+                                                              moe_intermediate_size=32, shared_expert_intermediate_size=64,
+                                                              norm_topk_prob=True, mlp_only_layers=[0, 3],
+                                                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                               "partial_rotary_factor": 0.25}),
+                              gguf_ok=False),
     # the same hybrid with Qwen3-Next's MoE on every layer: 4 experts of width 32, top 2 renormalised, a shared
-    # expert of width 48 gated by sigmoid(shared_expert_gate . x)
+    # expert of width 64 gated by sigmoid(shared_expert_gate . x); every second layer attends
+    # (full_attention_interval 2, the one layout a GGUF can say)
     "qwen3next-moe": Family("qwen3_next", "qwen3next", dict(num_hidden_layers=4, tie_word_embeddings=True,
-                                                            layer_types=["linear_attention", "full_attention",
-                                                                         "linear_attention", "linear_attention"],
+                                                            full_attention_interval=2,
                                                             linear_num_key_heads=2, linear_num_value_heads=4,
                                                             linear_key_head_dim=16, linear_value_head_dim=8,
                                                             linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
-                                                            moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                                                            moe_intermediate_size=32, shared_expert_intermediate_size=64,
                                                             norm_topk_prob=True, mlp_only_layers=[],
                                                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                                             "partial_rotary_factor": 0.25}),
-                            gguf_ok=False),
+                                                                             "partial_rotary_factor": 0.25})),
 }
 FORMATS = ("safetensors", "gguf-f32", "gguf-f16", "gguf-q8_0")
 ROUNDING = {"safetensors": "F32", "gguf-f32": "F32", "gguf-f16": "F16", "gguf-q8_0": "Q8_0"}
@@ -294,7 +315,7 @@ def build_hf_model(name: str, matrix_qtype: str = "F32", seed: int = 0) -> torch
         for pname, p in model.named_parameters():
             if p.ndim == 1 or pname.endswith("_proj_bias"):  # norm gains and biases (gpt-oss: per expert, 2-D)
                 p.add_(0.3 * torch.randn(p.shape, generator=gen))
-            elif matrix_qtype != "F32":
+            elif matrix_qtype != "F32" and "conv1d" not in pname:  # the converter keeps SSM_CONV1D in F32
                 # gpt-oss's experts multiply from the right: GGUF quantizes their transpose (GptOssModel.modify_tensors)
                 right = fam.model_type == "gpt_oss" and pname.endswith(("experts.gate_up_proj", "experts.down_proj"))
                 w = p.numpy().swapaxes(-1, -2) if right else p.numpy()
@@ -355,6 +376,13 @@ def vocab_metadata() -> dict[str, Any]:
 def save_hf(model: torch.nn.Module, out: Path) -> Path:
     """save_pretrained plus the tokenizer files a HuggingFace checkpoint carries."""
     model.save_pretrained(out)
+    config = model.config
+    if config.model_type == "qwen3_next":  # transformers 5 consumes the interval into layer_types; the published
+        types = config.layer_types  # checkpoints' config.json (what convert_hf_to_gguf reads) carries it too
+        interval = types.index("full_attention") + 1
+        if all((t == "full_attention") == ((i + 1) % interval == 0) for i, t in enumerate(types)):
+            hp = json.loads((out / "config.json").read_text())
+            (out / "config.json").write_text(json.dumps(hp | {"full_attention_interval": interval}, indent=2))
     meta = vocab_metadata()
     (out / "tokenizer.json").write_text(Tokenizer.from_gguf(meta, "test vocabulary").to_json())
     (out / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "bos_token": None,
@@ -519,6 +547,16 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         w.add_expert_used_count(hp["num_experts_per_tok"])
     if arch == "qwen3moe":  # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
+    if arch == "qwen3next":  # Qwen3NextModel.set_gguf_parameters (after Qwen2MoeModel's)
+        w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
+        w.add_expert_shared_feed_forward_length(hp["shared_expert_intermediate_size"])
+        w.add_ssm_conv_kernel(hp["linear_conv_kernel_dim"])
+        w.add_ssm_state_size(hp["linear_key_head_dim"])
+        w.add_ssm_group_count(hp["linear_num_key_heads"])
+        w.add_ssm_time_step_rank(hp["linear_num_value_heads"])
+        w.add_ssm_inner_size(hp["linear_value_head_dim"] * hp["linear_num_value_heads"])
+        w.add_full_attention_interval(hp.get("full_attention_interval", 4))
+        w.add_rope_dimension_count(int(hp["head_dim"] * rope.get("partial_rotary_factor", 0.25)))
     if arch == "qwen2moe":  # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
         w.add_expert_shared_feed_forward_length(hp["shared_expert_intermediate_size"])
@@ -610,6 +648,26 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
             data = permute(data, n_head, n_kv)
         if arch.startswith("gemma") and hf_name.endswith("norm.weight"):
             data = data + 1
+        if arch == "qwen3next":  # Qwen3NextModel.filter_tensors / modify_tensors
+            if hf_name.startswith("mtp"):
+                continue
+            if hf_name.endswith(".A_log"):
+                data = -np.exp(data)
+            elif hf_name.endswith(".dt_bias"):
+                hf_name = hf_name.rpartition(".dt_bias")[0] + ".dt_proj.bias"
+            elif "conv1d" in hf_name:
+                data = data.squeeze()
+            elif hf_name.endswith("norm.weight") and not hf_name.endswith("linear_attn.norm.weight"):
+                data = data + 1
+            if "in_proj_qkvz.weight" in hf_name:  # [q, k, v, z] per key head -> all q, all k, all v; all z
+                hk, dk, dv = hp["linear_num_key_heads"], hp["linear_key_head_dim"], hp["linear_value_head_dim"]
+                rv = hp["linear_num_value_heads"] // hk * dv
+                q, k, v, z = np.split(data.T.reshape(-1, hk, 2 * dk + 2 * rv), [dk, 2 * dk, 2 * dk + rv], axis=-1)
+                bid = int(hf_name.split(".")[2])
+                tensors[f"blk.{bid}.attn_qkv.weight"] = np.concatenate(
+                    [q.reshape(data.shape[1], -1), k.reshape(data.shape[1], -1), v.reshape(data.shape[1], -1)], axis=-1).T
+                tensors[f"blk.{bid}.attn_gate.weight"] = z.reshape(data.shape[1], -1).T
+                continue
         new_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         assert new_name is not None, hf_name
         tensors[new_name] = data
@@ -654,7 +712,8 @@ def add_tensor(w: gguf.GGUFWriter, name: str, data: np.ndarray, qtype: str) -> N
     data = np.ascontiguousarray(data, np.float32)
     # prepare_tensors: 1-D tensors, norms and the MoE router (FFN_GATE_INP) stay F32
     # (and every tensor not named .weight: gpt-oss's 2-D expert biases)
-    if data.ndim <= 1 or name.endswith(("_norm.weight", "ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")) or \
+    if data.ndim <= 1 or name.endswith(("_norm.weight", "ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight",
+                                        "ssm_conv1d.weight")) or \
             not name.endswith(".weight") or \
             qtype == "F32":
         w.add_tensor(name, data)

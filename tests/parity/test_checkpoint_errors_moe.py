@@ -140,15 +140,21 @@ def test_granitemoeshared_gguf_two_shared_experts(saved, tmp_path):
 # -- Qwen2-MoE -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("change", "says"), [(dict(mlp_only_layers=[1]), "mlp_only_layers [1]"),
-                                              (dict(decoder_sparse_step=2), "decoder_sparse_step 2"),
-                                              (dict(shared_expert_intermediate_size=0), "shared_expert_intermediate_size 0"),
+@pytest.mark.parametrize(("change", "says"), [(dict(shared_expert_intermediate_size=0), "shared_expert_intermediate_size 0"),
                                               (dict(use_sliding_window=True), "use_sliding_window")],
-                         ids=["mlp_only_layers", "decoder_sparse_step", "no_shared_expert", "sliding_window"])
+                         ids=["no_shared_expert", "sliding_window"])
 def test_qwen2moe_hf_unsupported(saved, tmp_path, change, says):
     hf = shutil.copytree(saved["qwen2moe"], tmp_path / "qwen2moe")
     edit_config(hf, lambda c: c.update(change))
     with raises(ConfigError, hf / "config.json", says):
+        load_checkpoint(hf)
+
+
+def test_qwen2moe_hf_dense_layer_the_file_does_not_hold(saved, tmp_path):
+    """decoder_sparse_step 2 makes layers 0 and 2 dense: the file has their experts, not their MLPs."""
+    hf = shutil.copytree(saved["qwen2moe"], tmp_path / "qwen2moe")
+    edit_config(hf, lambda c: c.update(decoder_sparse_step=2))
+    with raises(WeightError, hf, "missing tensor 'blk.0.ffn_down.weight'"):
         load_checkpoint(hf)
 
 

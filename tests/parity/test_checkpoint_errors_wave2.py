@@ -1,5 +1,6 @@
 """The wave-2 families' unsupported combinations and broken files are explicit errors naming the file and the
-field or tensor: Qwen3-MoE with shared experts, with dense layers among the sparse ones, with another gating
+field or tensor: Qwen3-MoE with shared experts, with dense layers the file does not hold or the model does not
+have, with every layer dense, with another gating
 function, with an expert missing; OLMo2 with attention biases."""
 
 from __future__ import annotations
@@ -33,10 +34,24 @@ def test_hf_shared_experts(moe):
         load_checkpoint(moe)
 
 
-@pytest.mark.parametrize("change", [dict(mlp_only_layers=[1]), dict(decoder_sparse_step=2)], ids=["mlp_only", "step"])
-def test_hf_dense_layers_among_sparse_ones(moe, change):
+@pytest.mark.parametrize(("change", "says"), [(dict(mlp_only_layers=[1]), "missing tensor 'blk.1.ffn_down.weight'"),
+                                              (dict(decoder_sparse_step=2), "missing tensor 'blk.0.ffn_down.weight'")],
+                         ids=["mlp_only", "step"])
+def test_hf_dense_layers_the_file_does_not_hold(moe, change, says):
+    """A config that makes a layer dense (mlp_only_layers, decoder_sparse_step) where the file has its experts."""
     edit_config(moe, lambda c: c.update(change))
-    with raises(ConfigError, moe / "config.json", "dense layers"):
+    with raises(WeightError, moe, says):
+        load_checkpoint(moe)
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (dict(mlp_only_layers=[7]), "mlp_only_layers [7] names layers the model does not have (3)"),
+    (dict(decoder_sparse_step=0), "decoder_sparse_step 0 is not positive"),
+    (dict(mlp_only_layers=[0, 1, 2]), "every layer is dense"),
+], ids=["no_such_layer", "step_0", "all_dense"])
+def test_hf_dense_layer_settings_that_name_no_model(moe, change, says):
+    edit_config(moe, lambda c: c.update(change))
+    with raises(ConfigError, moe / "config.json", says):
         load_checkpoint(moe)
 
 

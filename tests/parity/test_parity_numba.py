@@ -17,7 +17,7 @@ import pytest
 from .support import FAMILIES, FORMATS, SEQ, export, measure, tokens_for
 from .test_parity_families import CACHED_BOUND, LOGITS_BOUND
 
-WAVE2 = ("olmo2", "qwen3moe", "qwen3moe-unnormed", "olmoe", "olmoe-normed", "granitemoe", "gpt_oss",
+WAVE2 = ("olmo2", "qwen3moe", "qwen3moe-mixed", "qwen3moe-unnormed", "qwen2moe-step2", "olmoe", "olmoe-normed", "granitemoe", "gpt_oss",
          "gpt_oss-clamped")
 # the classic decoders: LayerNorm, partial RoPE, parallel residuals, the plain GELU MLP, Granite's multipliers
 CLASSIC = ("gptneox", "gptneox-sequential", "gptneox-gelu-new", "stablelm", "stablelm-parallel", "phi3", "phi3-longrope",

@@ -2,7 +2,9 @@
 tiny model (three Gated DeltaNet layers around one gated attention layer, support.FAMILIES["qwen3next"]) from
 safetensors gives the same logits on the reference and numba backends (max |Δ| <= LOGITS_BOUND, argmax at every
 position), and the same decoding token by token through the cache as in one pass; so does the variant with
-Qwen3-Next's mixture of experts and sigmoid-gated shared expert (support.FAMILIES["qwen3next-moe"], MOE_BOUND).
+Qwen3-Next's mixture of experts and sigmoid-gated shared expert (support.FAMILIES["qwen3next-moe"], MOE_BOUND;
+"qwen3next-mixed" with dense MLPs on two of its layers, mlp_only_layers),
+from safetensors and from GGUF files as llama.cpp's converter writes them (F32, F16, Q8_0).
 
 HuggingFace's prefill runs the delta rule chunked (torch_chunk_gated_delta_rule), fak token by token: the same
 sums in another order, so the comparison has a tolerance; against HuggingFace in float64 fak's error is of the
@@ -25,7 +27,7 @@ from fakcore.engine.transformer import Transformer, check_backend, load_weights
 from fakcore.models.checkpoint import load_checkpoint
 from fakcore.models.config import ConfigError
 
-from .support import SEQ, export, fak_backend, fak_full, hf_logits, measure, tokens_for
+from .support import SEQ, export, fak_backend, fak_full, hf_logits, measure, tokens_for, write_gguf
 
 LOGITS_BOUND = 5e-5  # claim 16's bound, as every other family
 CACHED_BOUND = 5e-5
@@ -46,7 +48,8 @@ def transformer(path, backend: str, checkpoint_every: int = 8) -> Transformer:
 
 
 CASES = [("qwen3next", "reference", LOGITS_BOUND), ("qwen3next", "numba", LOGITS_BOUND),
-         ("qwen3next-moe", "reference", MOE_BOUND), ("qwen3next-moe", "numba", MOE_BOUND)]
+         ("qwen3next-moe", "reference", MOE_BOUND), ("qwen3next-moe", "numba", MOE_BOUND),
+         ("qwen3next-mixed", "reference", MOE_BOUND), ("qwen3next-mixed", "numba", MOE_BOUND)]
 
 
 @pytest.mark.parametrize(("name", "backend", "bound"), CASES, ids=[f"{n}-{b}" for n, b, _ in CASES])
@@ -167,7 +170,6 @@ def edit_config(path, **changes) -> None:
 
 @pytest.mark.parametrize(("changes", "message"), [
     (dict(mlp_only_layers=[], num_experts=4, shared_expert_intermediate_size=0), "shared_expert_intermediate_size 0"),
-    (dict(mlp_only_layers=[0, 1], num_experts=4), r"dense layers among the sparse ones .mixture of experts on layers \[2, 3\]"),
     (dict(layer_types=["linear_attention", "sliding_attention", "full_attention", "linear_attention"]),
      "unsupported \\['sliding_attention'\\]"),
     (dict(attention_bias=True), "attention_bias"),
@@ -181,11 +183,55 @@ def test_unsupported_configurations_are_errors_naming_the_field(changes, message
         load_checkpoint(path)
 
 
-def test_a_qwen3next_gguf_is_an_explicit_error():
-    from fakcore.models import qwen3next
+GGUF_CASES = [(fmt, backend) for fmt in ("gguf-f32", "gguf-f16", "gguf-q8_0") for backend in ("reference", "numba")]
 
-    with pytest.raises(ConfigError, match="qwen3next GGUF files are not supported yet"):
-        qwen3next.config_from_gguf({}, {}, "model.gguf")
+
+@pytest.mark.parametrize(("fmt", "backend"), GGUF_CASES, ids=[f"{f}-{b}" for f, b in GGUF_CASES])
+def test_a_gguf_as_llama_cpps_converter_writes_it_matches_huggingface(fmt, backend, tmp_path):
+    """support.write_gguf follows Qwen3NextModel: qkvz regrouped into attn_qkv + attn_gate, A_log -> A, the norms
+    + 1, the conv squeezed (and kept F32); HuggingFace runs the weights rounded as the file stores them."""
+    model, path = export("qwen3next-moe", fmt, tmp_path)
+    m = measure(f"qwen3next-moe / {fmt} / {backend}", path, model, tokens_for(), backend)
+    # judged against HuggingFace in float64: on these weights HuggingFace's own float32 logits are up to 9e-5 off
+    # (F16, token seed 1), so fak vs HuggingFace float32 (the table's column) adds two float32 errors
+    with torch.no_grad():
+        truth = copy.deepcopy(model).double()(torch.from_numpy(tokens_for())[None]).logits[0].numpy()
+    assert float(np.abs(fak_full(transformer(path, backend), tokens_for()) - truth).max()) <= MOE_BOUND
+    assert m.argmax_agree == m.positions == SEQ
+    assert m.cached_max_abs <= MOE_BOUND
+    if backend == "numba":
+        assert m.cached_max_abs == 0.0
+
+
+def test_the_gguf_and_the_safetensors_give_the_same_canonical_weights(tmp_path):
+    """The two loaders agree tensor by tensor (an F32 GGUF): the regrouping of in_proj_qkvz and the splits of q_proj
+    and in_proj_ba land every row where the other path puts it; the GGUF's norms carry the + 1 the safetensors
+    config applies as norm_offset."""
+    _, hf_dir = export("qwen3next-moe", "safetensors", tmp_path)
+    st = load_checkpoint(hf_dir)
+    gg = load_checkpoint(write_gguf(hf_dir, "qwen3next-moe", "F32", tmp_path / "model.gguf"))
+    assert (st.config.norm_offset, gg.config.norm_offset) == (1.0, 0.0)
+    assert st.config.linear_layers == gg.config.linear_layers == (True, False, True, False)
+    fields = ("linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim", "linear_conv", "rope_dim", "head_dim",
+              "n_experts", "n_experts_used", "expert_ffn_dim", "shared_expert_ffn_dim", "expert_weights_norm")
+    assert [getattr(st.config, f) for f in fields] == [getattr(gg.config, f) for f in fields]
+    assert sorted(st.tensors) == sorted(gg.tensors)
+    for name, t in st.tensors.items():
+        want = t.dequantize().reshape(-1) + (1.0 if name.endswith("norm.weight") and ".ssm_norm." not in name else 0.0)
+        assert np.array_equal(gg.tensors[name].dequantize().reshape(-1), want), name
+
+
+@pytest.mark.parametrize(("drop", "message"), [
+    ("qwen3next.expert_shared_feed_forward_length", "no shared expert"),
+    ("qwen3next.ssm.state_size", "missing GGUF metadata key 'qwen3next.ssm.state_size'"),
+    ("qwen3next.full_attention_interval", "missing GGUF metadata key 'qwen3next.full_attention_interval'"),
+    ("qwen3next.expert_count", "missing GGUF metadata key 'qwen3next.expert_count'"),
+])
+def test_a_gguf_missing_what_the_converter_writes_is_an_error_naming_the_key(drop, message, tmp_path):
+    _, hf_dir = export("qwen3next-moe", "safetensors", tmp_path)
+    path = write_gguf(hf_dir, "qwen3next-moe", "F32", tmp_path / "model.gguf", drop_keys=(drop,))
+    with pytest.raises(ConfigError, match=message):
+        load_checkpoint(path)
 
 
 def test_load_model_takes_the_checkpoint_spacing_of_the_setting(exported):

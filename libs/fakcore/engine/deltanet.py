@@ -6,8 +6,9 @@ A linear layer keeps no keys and values. Its memory of the sequence is a fixed-s
 
 One token of one layer, as HuggingFace's Qwen3NextGatedDeltaNet (its torch_recurrent_gated_delta_rule):
 
-    q, k, v, z = ssm_in @ x      grouped per key head: [q (dk), k (dk), v (r*dv), z (r*dv)], r = Hv / Hk
-    b, a = ssm_ba @ x            grouped per key head: [b (r), a (r)]
+    q, k, v = attn_qkv @ x       all heads' q (Hk*dk), then k (Hk*dk), then v (Hv*dv); r = Hv / Hk
+    z = attn_gate @ x            (Hv*dv) the output gate
+    b, a = ssm_beta @ x, ssm_alpha @ x                   (Hv) each
     q, k, v = silu(conv1d([conv state; q k v]))          the conv over the last K inputs of each channel
     q, k = l2norm(q), l2norm(k); q /= sqrt(dk)            value head j reads key head j // r
     g = A * softplus(a + dt_bias), A = -exp(A_log);  beta = sigmoid(b)
@@ -52,8 +53,10 @@ L2_EPS = np.float32(1e-6)  # HuggingFace's (and FLA's) l2norm epsilon, fixed
 class DeltaNetWeights:
     """One linear layer's weights: the three projections on the backend, the small rest on the host (f32)."""
 
-    w_in: Any  # (2*Hk*dk + 2*Hv*dv, dim) ssm_in: q, k, v, z grouped per key head (HF in_proj_qkvz)
-    w_ba: Any  # (2*Hv, dim) ssm_ba: b, a grouped per key head (HF in_proj_ba)
+    w_in: Any  # (C + Hv*dv, dim) attn_qkv and attn_gate stacked (one matmul where the backend fuses), else attn_qkv
+    w_z: Any  # (Hv*dv, dim) attn_gate, or None when w_in holds it
+    w_ba: Any  # (2*Hv, dim) ssm_beta and ssm_alpha stacked, else ssm_beta
+    w_a: Any  # (Hv, dim) ssm_alpha, or None when w_ba holds it
     conv: np.ndarray  # (K, C) ssm_conv1d transposed: row j holds tap j of every channel (oldest input first)
     a: np.ndarray  # (Hv,) ssm_a: A = -exp(A_log), each value head's decay rate
     dt_bias: np.ndarray  # (Hv,) ssm_dt.bias
@@ -71,8 +74,13 @@ def load_layer(tensors: Mapping[str, Tensor], p: str, backend: Backend) -> Delta
         return np.ascontiguousarray(tensors[p + name].dequantize(), np.float32)
 
     channels = tensors[p + "ssm_conv1d.weight"].shape[0]
-    return DeltaNetWeights(w_in=backend.matrix(tensors[p + "ssm_in.weight"]),
-                           w_ba=backend.matrix(tensors[p + "ssm_ba.weight"]),
+    w_in, w_z, w_ba, w_a = (backend.matrix(tensors[p + n + ".weight"]) for n in ("attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha"))
+    fuse = getattr(backend, "fuse", None)
+    if fuse is not None and (fused := fuse([w_in, w_z])) is not None:
+        w_in, w_z = fused, None
+    if fuse is not None and (fused := fuse([w_ba, w_a])) is not None:
+        w_ba, w_a = fused, None
+    return DeltaNetWeights(w_in=w_in, w_z=w_z, w_ba=w_ba, w_a=w_a,
                            conv=np.ascontiguousarray(host("ssm_conv1d.weight").reshape(channels, -1).T),
                            a=host("ssm_a").reshape(-1), dt_bias=host("ssm_dt.bias").reshape(-1),
                            norm=host("ssm_norm.weight").reshape(-1), w_out=backend.matrix(tensors[p + "ssm_out.weight"]))
@@ -185,41 +193,63 @@ def gated_deltanet(be: Backend, cfg: ModelConfig, h: Act, w: DeltaNetWeights, se
     """Linear layer `layer` (its index among the linear layers) on every segment's rows: (T, dim) -> (T, dim).
     Each segment's cache gets its next state (RecurrentState.write), made current by the cache's commit."""
     hk, hv, dk, dv = cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim
-    r = hv // hk
-    T = h.shape[0]
-    qkvz = be.to_host(be.linear(h, w.w_in)).reshape(T, hk, 2 * dk + 2 * r * dv)
-    ba = be.to_host(be.linear(h, w.w_ba)).reshape(T, hk, 2 * r)
-    mixed = np.concatenate([qkvz[..., :dk].reshape(T, -1), qkvz[..., dk:2 * dk].reshape(T, -1),  # (T, C): q, k, v
-                            qkvz[..., 2 * dk:2 * dk + r * dv].reshape(T, -1)], axis=1)
-    z = np.ascontiguousarray(qkvz[..., 2 * dk + r * dv:].reshape(T, hv, dv))
-    b, a = np.ascontiguousarray(ba[..., :r].reshape(T, hv)), np.ascontiguousarray(ba[..., r:].reshape(T, hv))
+    T, C = h.shape[0], 2 * hk * dk + hv * dv
+    qkvz = be.to_host(be.linear(h, w.w_in))  # (T, C [+ Hv*dv])
+    ba = be.to_host(be.linear(h, w.w_ba))  # (T, Hv [+ Hv])
+    mixed = np.ascontiguousarray(qkvz[:, :C])  # (T, C): q, k, v
+    z = np.ascontiguousarray((qkvz[:, C:] if w.w_z is None else be.to_host(be.linear(h, w.w_z))).reshape(T, hv, dv))
+    b = np.ascontiguousarray(ba[:, :hv])
+    a = np.ascontiguousarray(ba[:, hv:] if w.w_a is None else be.to_host(be.linear(h, w.w_a)))
     out = np.empty((T, hv, dv), np.float32)
-    eps, q_scale = np.float32(cfg.norm_eps), np.float32(dk ** -0.5)
+    scan = getattr(be, "deltanet_scan", delta_scan)
     for seg in segments:
         state: RecurrentState = seg.cache.recurrent
-        conv, S = state.conv[layer].copy(), state.ssm[layer].copy()  # (K-1, C), (Hv, dk, dv)
-        passed = {}
-        for t in range(seg.rows.start, seg.rows.stop):
-            window = np.concatenate([conv, mixed[t:t + 1]])  # (K, C): the last K inputs, oldest first
-            conv = window[1:]
-            y = silu((window * w.conv).sum(axis=0))  # (C,)
-            q = l2norm(y[:hk * dk].reshape(hk, dk)) * q_scale
-            k = l2norm(y[hk * dk:2 * hk * dk].reshape(hk, dk))
-            v = y[2 * hk * dk:].reshape(hv, dv)
-            q, k = np.repeat(q, r, axis=0), np.repeat(k, r, axis=0)  # (Hv, dk): value head j reads key head j // r
-            g = w.a * softplus(a[t] + w.dt_bias)  # (Hv,) the log of each head's decay
-            beta = sigmoid(b[t])  # (Hv,)
-            S = S * np.exp(g)[:, None, None]
-            delta = (v - (S * k[:, :, None]).sum(axis=1)) * beta[:, None]  # (Hv, dv): what S mispredicts for k
-            S = S + k[:, :, None] * delta[:, None, :]
-            o = (S * q[:, :, None]).sum(axis=1)  # (Hv, dv)
-            var = np.mean(o * o, axis=-1, keepdims=True, dtype=np.float32)
-            out[t] = o * (np.float32(1.0) / np.sqrt(var + eps)) * w.norm * silu(z[t])
-            position = seg.cache.length + t - seg.rows.start + 1  # positions seen after this token
-            if position % state.every == 0:
-                passed[position] = (conv.copy(), S.copy())
+        rows = seg.rows
+        out[rows], conv, S, passed = scan(mixed[rows], z[rows], b[rows], a[rows], w.conv, w.a, w.dt_bias, w.norm,
+                                          state.conv[layer], state.ssm[layer], hk, np.float32(cfg.norm_eps),
+                                          seg.cache.length, state.every)
         state.write(layer, conv, S, passed)
     return be.linear(out.reshape(T, hv * dv), w.w_out)
+
+
+def delta_scan(mixed: np.ndarray, z: np.ndarray, b: np.ndarray, a: np.ndarray, conv_w: np.ndarray, A: np.ndarray,
+               dt_bias: np.ndarray, norm: np.ndarray, conv: np.ndarray, S: np.ndarray, hk: int, eps: np.float32,
+               start: int, every: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]]]:
+    """One sequence's T tokens through one linear layer after its projections, token by token (host f32).
+
+    mixed (T, C): the conv's input, [q (Hk*dk); k (Hk*dk); v (Hv*dv)]; z (T, Hv, dv): the output gate; b, a
+    (T, Hv): beta's and the decay's logits; conv_w (K, C), A, dt_bias (Hv,), norm (dv,): the layer's weights;
+    conv (K-1, C), S (Hv, dk, dv): the state before the first token (not modified); start: the positions before
+    it. Returns (out (T, Hv, dv), conv, S, passed): the gated, normed outputs, the state after the last token,
+    and the state after every position p in start+1 … start+T with p % every == 0 (checkpoints), as copies.
+    A backend may bring its own (`deltanet_scan`, the same signature and contract: engine-cpu's numba kernel)."""
+    T, hv, dv = z.shape
+    dk = S.shape[1]
+    r = hv // hk
+    q_scale = np.float32(dk ** -0.5)
+    conv, S = conv.copy(), S.copy()
+    out = np.empty((T, hv, dv), np.float32)
+    passed = {}
+    for t in range(T):
+        window = np.concatenate([conv, mixed[t:t + 1]])  # (K, C): the last K inputs, oldest first
+        conv = window[1:]
+        y = silu((window * conv_w).sum(axis=0))  # (C,)
+        q = l2norm(y[:hk * dk].reshape(hk, dk)) * q_scale
+        k = l2norm(y[hk * dk:2 * hk * dk].reshape(hk, dk))
+        v = y[2 * hk * dk:].reshape(hv, dv)
+        q, k = np.repeat(q, r, axis=0), np.repeat(k, r, axis=0)  # (Hv, dk): value head j reads key head j // r
+        g = A * softplus(a[t] + dt_bias)  # (Hv,) the log of each head's decay
+        beta = sigmoid(b[t])  # (Hv,)
+        S = S * np.exp(g)[:, None, None]
+        delta = (v - (S * k[:, :, None]).sum(axis=1)) * beta[:, None]  # (Hv, dv): what S mispredicts for k
+        S = S + k[:, :, None] * delta[:, None, :]
+        o = (S * q[:, :, None]).sum(axis=1)  # (Hv, dv)
+        var = np.mean(o * o, axis=-1, keepdims=True, dtype=np.float32)
+        out[t] = o * (np.float32(1.0) / np.sqrt(var + eps)) * norm * silu(z[t])
+        position = start + t + 1  # positions seen after this token
+        if position % every == 0:
+            passed[position] = (conv.copy(), S.copy())
+    return out, conv, S, passed
 
 
 def output_gate(x: np.ndarray, gate: np.ndarray) -> np.ndarray:

@@ -27,6 +27,8 @@ router's top-k choice and the weighted sum of the experts' outputs are host arit
 a batch-invariant backend stays batch-invariant. A shared expert (ModelConfig.shared_expert_ffn_dim: Qwen2-MoE,
 GraniteMoeShared) is one more resident gated MLP every token runs, added after the routed sum, times
 sigmoid(shared_gate @ h) where the family gates it (shared_expert_gate); row by row, so no less batch-invariant.
+A model may mix dense and sparse layers (ModelConfig.dense_layers: Qwen-MoE's mlp_only_layers): a dense layer
+has the plain MLP's tensors, no router.
 
 Qwen3-Next is a hybrid: its linear layers (ModelConfig.linear_layers) replace attention with a Gated DeltaNet
 (engine/deltanet.py), whose state per sequence lives in the cache's `recurrent` (with checkpoints every
@@ -122,8 +124,8 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
             return None
         return backend.matrix(tensors[name]) if kind == "m" else backend.vector(tensors[name], off if kind == "n" else 0.0)
 
-    def experts(p: str) -> list[Expert] | None:
-        if not cfg.n_experts:
+    def experts(i: int, p: str) -> list[Expert] | None:
+        if not cfg.sparse(i):
             return None
         gate, up, down = (split_experts(tensors[p + f"ffn_{n}_exps.weight"]) for n in ("gate", "up", "down"))
         out = [Expert(backend.matrix(g), backend.matrix(u), backend.matrix(d)) for g, u, d in zip(gate, up, down, strict=True)]
@@ -133,13 +135,13 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
                     setattr(m, f"b_{kind}", backend.vector(b))
         return out
 
-    def shared(p: str) -> Expert | None:
-        if not cfg.shared_expert_ffn_dim:
+    def shared(i: int, p: str) -> Expert | None:
+        if not (cfg.shared_expert_ffn_dim and cfg.sparse(i)):
             return None
         return Expert(*(backend.matrix(tensors[p + f"ffn_{n}_shexp.weight"]) for n in ("gate", "up", "down")))
 
-    def shared_gate(p: str) -> Any:
-        if not cfg.shared_expert_gate:
+    def shared_gate(i: int, p: str) -> Any:
+        if not (cfg.shared_expert_gate and cfg.sparse(i)):
             return None
         t = tensors[p + "ffn_gate_inp_shexp.weight"]  # (dim,) or (1, dim) in the file: one row of a matrix here
         return backend.matrix(Tensor(t.name, t.qtype, (1, cfg.dim), t.raw, t.source))
@@ -157,13 +159,13 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, Tensor], backend: Backe
             bq=opt(p + "attn_q.bias", "b"), bk=opt(p + "attn_k.bias", "b"), bv=opt(p + "attn_v.bias", "b"),
             q_norm=opt(p + "attn_q_norm.weight", "n"), k_norm=opt(p + "attn_k_norm.weight", "n"),
             post_attn_norm=opt(p + "post_attention_norm.weight", "n"), post_ffn_norm=opt(p + "post_ffw_norm.weight", "n"),
-            router=opt(p + "ffn_gate_inp.weight", "m"), experts=experts(p), shared=shared(p),
-            shared_gate=shared_gate(p),
+            router=opt(p + "ffn_gate_inp.weight", "m"), experts=experts(i, p), shared=shared(i, p),
+            shared_gate=shared_gate(i, p),
             router_b=opt(p + "ffn_gate_inp.bias", "b"),
             sinks=tensors[p + "attn_sinks.weight"].dequantize().reshape(-1).astype(np.float32) if cfg.attn_sinks else None,
             attn_norm_b=opt(p + "attn_norm.bias", "b"), ffn_norm_b=opt(p + "ffn_norm.bias", "b"),
             bo=opt(p + "attn_output.bias", "b"), b_up=opt(p + "ffn_up.bias", "b"), b_down=opt(p + "ffn_down.bias", "b"),
-            wq_gate=opt(p + "attn_gate.weight", "m"),
+            wq_gate=opt(p + "attn_gate.weight", "m") if cfg.layer_kv[i] >= 0 else None,  # a linear layer's: its z
             linear=deltanet.load_layer(tensors, p, backend) if cfg.layer_kv[i] < 0 else None,
         ))
     fuse = getattr(backend, "fuse", None)

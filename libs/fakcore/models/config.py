@@ -83,6 +83,8 @@ class ModelConfig:
     # sparse mixture of experts (Qwen3-MoE): every layer's MLP is `n_experts` gated MLPs of width
     # `expert_ffn_dim`, of which a router picks `n_experts_used` per token (softmax, then top-k)
     n_experts: int = 0  # 0: a dense MLP of width ffn_dim
+    dense_layers: tuple[bool, ...] = ()  # with n_experts, per layer: True = a dense MLP of width ffn_dim there
+    #                                      (Qwen-MoE's mlp_only_layers / decoder_sparse_step); (): every layer sparse
     n_experts_used: int = 0  # top-k
     expert_ffn_dim: int = 0  # each expert's inner width (moe_intermediate_size)
     expert_weights_norm: bool = True  # the k chosen weights renormalised to sum 1 (norm_topk_prob)
@@ -188,8 +190,15 @@ class ModelConfig:
             raise ConfigError(f"{self.arch}: linear layers need positive head counts and sizes, value heads a multiple "
                               f"of key heads (k_heads {self.linear_k_heads}, v_heads {self.linear_v_heads}, k_dim "
                               f"{self.linear_k_dim}, v_dim {self.linear_v_dim}, conv {self.linear_conv})")
+        if self.dense_layers and (len(self.dense_layers) != self.n_layers or not self.n_experts):
+            raise ConfigError(f"{self.arch}: dense_layers has {len(self.dense_layers)} entries for {self.n_layers} layers "
+                              f"and {self.n_experts} experts (it needs one per layer, and experts)")
         kv = np.cumsum([not lin for lin in linear]) - 1
         object.__setattr__(self, "layer_kv", tuple(-1 if lin else int(k) for lin, k in zip(linear, kv, strict=True)))
+
+    def sparse(self, layer: int) -> bool:
+        """Whether layer `layer`'s MLP is the mixture of experts (else a dense one, ffn_dim wide)."""
+        return bool(self.n_experts) and not (self.dense_layers and self.dense_layers[layer])
 
     @property
     def n_kv_layers(self) -> int:

@@ -20,8 +20,10 @@ does not say `qwen2moe.expert_weights_norm`. q/k/v biases as the file has them; 
 HuggingFace: one tensor per expert (`mlp.experts.{e}.gate_proj.weight`…, stacked here as for Qwen3-MoE),
 `mlp.shared_expert.{gate,up,down}_proj.weight`, `mlp.shared_expert_gate.weight` (1, dim).
 
-Not supported, each an explicit ConfigError: dense layers among the sparse ones (`mlp_only_layers`,
-`decoder_sparse_step` > 1), no shared expert (`shared_expert_intermediate_size` 0: a Qwen3-MoE), sliding windows
+Dense layers among the sparse ones (`mlp_only_layers`, `decoder_sparse_step`) as in qwen3moe.py: a gated MLP of
+width `intermediate_size`, no router and no shared expert there (HuggingFace only).
+
+Not supported, each an explicit ConfigError: no shared expert (`shared_expert_intermediate_size` 0: a Qwen3-MoE), sliding windows
 (`use_sliding_window`), a gating function other than softmax, more than one shared expert
 (`expert_shared_count`), other activations.
 """
@@ -56,10 +58,6 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
         raise ConfigError(f"{source}: hidden_act {cfg['hidden_act']!r} is not supported (silu)")
     if cfg.get("use_sliding_window") or "sliding_attention" in (cfg.get("layer_types") or ()):
         raise ConfigError(f"{source}: use_sliding_window is not supported for qwen2_moe")
-    if cfg.get("mlp_only_layers") or int(cfg.get("decoder_sparse_step", 1)) != 1:
-        raise ConfigError(f"{source}: qwen2_moe with dense layers among the sparse ones (mlp_only_layers "
-                          f"{cfg.get('mlp_only_layers')}, decoder_sparse_step {cfg.get('decoder_sparse_step')}) "
-                          f"is not supported")
     shared = int(hf_field(cfg, "shared_expert_intermediate_size", source))
     if shared <= 0:
         raise ConfigError(f"{source}: qwen2_moe with shared_expert_intermediate_size {shared} (no shared expert) "
@@ -67,6 +65,7 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
     # transformers 5 writes num_local_experts, older versions num_experts
     n_experts = cfg.get("num_experts") or hf_field(cfg, "num_local_experts", source)
     return ModelConfig(**hf_base(cfg, ARCH, source), qkv_bias=bool(cfg.get("qkv_bias", True)), n_experts=int(n_experts),
+                       dense_layers=qwen3moe.hf_dense_layers(cfg, int(n_experts), source),
                        n_experts_used=int(hf_field(cfg, "num_experts_per_tok", source)),
                        expert_ffn_dim=int(hf_field(cfg, "moe_intermediate_size", source)),
                        expert_weights_norm=bool(cfg.get("norm_topk_prob", False)),  # HF's default: off

@@ -11,8 +11,11 @@ no flag); a file that says `qwen3moe.expert_weights_norm` is read. No Q/K permut
 HuggingFace: one tensor per expert (`mlp.experts.{e}.gate_proj.weight`…), stacked here into the GGUF layout
 (canonical names); the engine splits them again per expert at load, as views.
 
-Not supported, each an explicit ConfigError: dense layers among the sparse ones (`mlp_only_layers`,
-`decoder_sparse_step` > 1), shared experts (a `shared_expert_intermediate_size` in config.json, a GGUF's
+Dense layers among the sparse ones (HuggingFace's `mlp_only_layers`, `decoder_sparse_step`: layer i is sparse
+unless listed, and only when (i + 1) % step == 0) run a SiLU-gated MLP of width `intermediate_size`
+(ModelConfig.dense_layers); llama.cpp's qwen3moe has no such layers, so a GGUF with one misses its router.
+
+Not supported, each an explicit ConfigError: shared experts (a `shared_expert_intermediate_size` in config.json, a GGUF's
 `expert_shared_*` keys or `ffn_*_shexp` tensors: Qwen2-MoE has them, qwen2moe.py), a gating function other
 than softmax, q/k/v/o biases, sliding windows.
 """
@@ -83,16 +86,28 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
         raise ConfigError(f"{source}: use_sliding_window is not supported for qwen3_moe")
     if cfg.get("shared_expert_intermediate_size"):
         raise ConfigError(f"{source}: qwen3_moe with shared experts (shared_expert_intermediate_size) is not supported")
-    if cfg.get("mlp_only_layers") or int(cfg.get("decoder_sparse_step", 1)) != 1:
-        raise ConfigError(f"{source}: qwen3_moe with dense layers among the sparse ones (mlp_only_layers "
-                          f"{cfg.get('mlp_only_layers')}, decoder_sparse_step {cfg.get('decoder_sparse_step')}) "
-                          f"is not supported")
     # transformers 5 writes num_local_experts, older versions num_experts
     n_experts = cfg.get("num_experts") or hf_field(cfg, "num_local_experts", source)
     return ModelConfig(**hf_base(cfg, ARCH, source), qk_norm=True, n_experts=int(n_experts),
+                       dense_layers=hf_dense_layers(cfg, int(n_experts), source),
                        n_experts_used=int(hf_field(cfg, "num_experts_per_tok", source)),
                        expert_ffn_dim=int(hf_field(cfg, "moe_intermediate_size", source)),
                        expert_weights_norm=bool(cfg.get("norm_topk_prob", False)))  # HF's default: off
+
+
+def hf_dense_layers(cfg: Mapping[str, Any], n_experts: int, source: str) -> tuple[bool, ...]:
+    """ModelConfig.dense_layers of a Qwen-MoE config.json, as its decoder layers decide: layer i runs the experts
+    unless it is in `mlp_only_layers` or (i + 1) is not a multiple of `decoder_sparse_step`; () when all do."""
+    n_layers = int(hf_field(cfg, "num_hidden_layers", source))
+    step, only = int(cfg.get("decoder_sparse_step") if cfg.get("decoder_sparse_step") is not None else 1), set(cfg.get("mlp_only_layers") or ())
+    if step < 1 or not only <= set(range(n_layers)):
+        raise ConfigError(f"{source}: decoder_sparse_step {step} is not positive or mlp_only_layers {sorted(only)} "
+                          f"names layers the model does not have ({n_layers})")
+    dense = tuple(i in only or n_experts <= 0 or (i + 1) % step != 0 for i in range(n_layers))
+    if all(dense):
+        raise ConfigError(f"{source}: every layer is dense (mlp_only_layers {sorted(only)}, decoder_sparse_step "
+                          f"{step}): no mixture of experts left")
+    return dense if any(dense) else ()
 
 
 def tensors_from_gguf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> dict[str, Tensor]:

@@ -5,19 +5,29 @@ the leading `partial_rotary_factor` of each head (0.25 by default), and the outp
 sigmoid(gate), the gate coming out of q_proj with the query. Every RMSNorm outside the linear layers is
 zero-centred, x * (1 + w) (norm_offset 1); the gated one scales by w itself.
 
-HuggingFace: q_proj holds per head [query (head_dim); gate (head_dim)], split here into `attn_q` and
-`attn_gate`; the linear layers' tensors take llama.cpp's names (`ssm_in` = in_proj_qkvz, `ssm_ba` = in_proj_ba,
-`ssm_conv1d` squeezed to (channels, kernel), `ssm_a` = -exp(A_log) as llama.cpp stores it, `ssm_dt.bias` =
-dt_bias, `ssm_norm`, `ssm_out`). The multi-token-prediction head (`mtp.*`), which plain decoding does not run, is
-not read (transformers ignores it too).
+The canonical tensors (models/shapes.py) are llama.cpp's, but for two splits: a full-attention layer's q_proj
+holds per head [query (head_dim); gate (head_dim)], split into `attn_q` and `attn_gate`; a linear layer's
+`ssm_ba` (per key head [b (r); a (r)]) is split into `ssm_beta` and `ssm_alpha`, each in value-head order.
+A linear layer: `attn_qkv` (all q, all k, all v: the conv's channels), `attn_gate` (z), `ssm_conv1d` (channels,
+kernel), `ssm_a` = -exp(A_log), `ssm_dt.bias` = dt_bias, `ssm_norm`, `ssm_out`.
+
+HuggingFace: in_proj_qkvz holds per key head [q (dk); k (dk); v (r*dv); z (r*dv)], regrouped here (rows, so a
+quantized tensor stays so) as convert_hf_to_gguf does; conv1d (C, 1, K) squeezed; A_log turned into A. The
+multi-token-prediction head (`mtp.*`), which plain decoding does not run, is not read (transformers ignores it
+too, and llama.cpp's converter drops it).
+
+GGUF (convert_hf_to_gguf's Qwen3NextModel, a Qwen2-MoE): its metadata plus `ssm.conv_kernel`, `ssm.state_size`
+(dk), `ssm.group_count` (Hk), `ssm.time_step_rank` (Hv), `ssm.inner_size` (Hv*dv), `full_attention_interval`
+(layer i attends when (i + 1) % interval == 0: llama.cpp keeps no other layout) and `rope.dimension_count`
+(the rotated part of a head). The converter adds 1 to every RMSNorm's gains but the gated one, so a GGUF's norms
+are plain (norm_offset 0). llama.cpp maps no dense MLP for qwen3next: a GGUF is always the MoE.
 
 The MLP: Qwen3-Next's mixture of experts on every layer (softmax router, top `num_experts_per_tok`, renormalised
 with `norm_topk_prob`, experts of width `moe_intermediate_size`) plus one shared expert of width
 `shared_expert_intermediate_size` times sigmoid(shared_expert_gate . x), as Qwen2-MoE's (qwen2moe.py's names); or
-a dense SiLU-gated MLP (`num_experts` 0, or every layer in `mlp_only_layers`). A mix of dense and sparse layers
-is an explicit ConfigError, as are a sparse layer without a shared expert, q/k/v/o biases, an activation other
-than SiLU, layer types other than linear_attention / full_attention. GGUF (llama.cpp's qwen3next) is not
-supported yet: an explicit ConfigError.
+a dense SiLU-gated MLP (`num_experts` 0, or every layer in `mlp_only_layers`), or a mix of the two (qwen3moe.py's
+hf_dense_layers). Explicit ConfigErrors: a sparse layer without a shared expert, q/k/v/o biases, an activation other
+than SiLU, layer types other than linear_attention / full_attention.
 """
 
 from __future__ import annotations
@@ -29,7 +39,16 @@ import numpy as np
 
 from fakcore.formats.tensor import Tensor
 from fakcore.models import qwen2moe, qwen3moe
-from fakcore.models.common import HF_LAYER, hf_base, hf_field, hf_rope_dim, split_rows
+from fakcore.models.common import (
+    HF_LAYER,
+    gguf_base,
+    gguf_field,
+    hf_base,
+    hf_field,
+    hf_rope_dim,
+    split_rows,
+    untie_gguf,
+)
 from fakcore.models.config import ConfigError, ModelConfig
 
 ARCH = "qwen3next"
@@ -43,7 +62,22 @@ LAYER_TYPES = ("linear_attention", "full_attention")
 
 
 def config_from_gguf(meta: Mapping[str, Any], tensors: Mapping[str, Tensor], source: str) -> ModelConfig:
-    raise ConfigError(f"{source}: qwen3next GGUF files are not supported yet (the safetensors checkpoint is)")
+    def get(key: str) -> Any:
+        return gguf_field(meta, f"{ARCH}.{key}", source)
+
+    base = gguf_base(meta, ARCH, source, partial_rope=True)
+    experts = qwen3moe.gguf_experts(meta, tensors, ARCH, source, shared=True)
+    if experts["shared_expert_ffn_dim"] <= 0:
+        raise ConfigError(f"{source}: qwen3next with no shared expert ('{ARCH}.expert_shared_feed_forward_length' "
+                          f"absent or 0) is not supported")
+    hv, inner, interval = int(get("ssm.time_step_rank")), int(get("ssm.inner_size")), int(get("full_attention_interval"))
+    if hv <= 0 or inner % hv or interval <= 0:
+        raise ConfigError(f"{source}: '{ARCH}.ssm.inner_size' = {inner} is not a multiple of '{ARCH}.ssm.time_step_rank' "
+                          f"= {hv}, or '{ARCH}.full_attention_interval' = {interval} is not positive")
+    return ModelConfig(**base, qk_norm=True, attn_gate=True, tie_embeddings=untie_gguf(tensors), shared_expert_gate=True,
+                       linear_layers=tuple((i + 1) % interval != 0 for i in range(base["n_layers"])),
+                       linear_k_heads=int(get("ssm.group_count")), linear_v_heads=hv, linear_k_dim=int(get("ssm.state_size")),
+                       linear_v_dim=inner // hv, linear_conv=int(get("ssm.conv_kernel")), **experts)
 
 
 def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
@@ -51,20 +85,16 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
         raise ConfigError(f"{source}: attention_bias is not supported for qwen3_next")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"{source}: hidden_act {cfg['hidden_act']!r} is not supported (silu)")
-    n_layers = int(hf_field(cfg, "num_hidden_layers", source))
-    dense = set(cfg.get("mlp_only_layers") or ())
-    step = int(cfg.get("decoder_sparse_step", 1))
-    sparse = [i for i in range(n_layers) if int(cfg.get("num_experts", 0)) > 0 and i not in dense and (i + 1) % step == 0]
-    if sparse and len(sparse) != n_layers:
-        raise ConfigError(f"{source}: qwen3_next with dense layers among the sparse ones (mixture of experts on layers "
-                          f"{sparse} only: mlp_only_layers {sorted(dense)}, decoder_sparse_step {step}) is not supported")
+    n_layers, n_experts = int(hf_field(cfg, "num_hidden_layers", source)), int(cfg.get("num_experts", 0))
+    only, step = set(cfg.get("mlp_only_layers") or ()), int(cfg.get("decoder_sparse_step") if cfg.get("decoder_sparse_step") is not None else 1)
     moe = {}
-    if sparse:
+    if n_experts > 0 and (step < 1 or any(i not in only and (i + 1) % step == 0 for i in range(n_layers))):  # some layer is sparse
         shared = int(cfg.get("shared_expert_intermediate_size", 0))
         if shared <= 0:
             raise ConfigError(f"{source}: qwen3_next with shared_expert_intermediate_size {shared} (no shared expert) "
                               f"is not supported")
-        moe = dict(n_experts=int(cfg["num_experts"]), n_experts_used=int(hf_field(cfg, "num_experts_per_tok", source)),
+        moe = dict(n_experts=n_experts, dense_layers=qwen3moe.hf_dense_layers(cfg, n_experts, source),
+                   n_experts_used=int(hf_field(cfg, "num_experts_per_tok", source)),
                    expert_ffn_dim=int(hf_field(cfg, "moe_intermediate_size", source)),
                    expert_weights_norm=bool(cfg.get("norm_topk_prob", True)),  # Qwen3NextConfig's default: on
                    shared_expert_ffn_dim=shared, shared_expert_gate=True)
@@ -88,20 +118,41 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
 
 
 def tensors_from_gguf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> dict[str, Tensor]:
-    raise ConfigError(f"{source}: qwen3next GGUF files are not supported yet")
+    out = {name.replace(".post_attention_norm.", ".ffn_norm."): t for name, t in tensors.items()}
+    split_gates(cfg, out, source)
+    return out
+
+
+def split_gates(cfg: ModelConfig, out: dict[str, Tensor], source: str) -> None:
+    """In place: each attention layer's attn_q ([query; gate] per head) into attn_q and attn_gate; each linear
+    layer's ssm_ba ([b; a] per key head) into ssm_beta and ssm_alpha (value-head order)."""
+    d, r = cfg.head_dim, cfg.linear_v_heads // max(cfg.linear_k_heads, 1)
+    per_head = np.arange(cfg.n_heads)[:, None] * 2 * d + np.arange(d)  # (H, D): each head's query rows
+    per_group = np.arange(cfg.linear_k_heads)[:, None] * 2 * r + np.arange(r)  # (Hk, r): each key head's b rows
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        if not cfg.linear_layers[i] and p + "attn_q.weight" in out:
+            out |= split_rows(out.pop(p + "attn_q.weight"), {p + "attn_q.weight": per_head.reshape(-1),
+                                                              p + "attn_gate.weight": (per_head + d).reshape(-1)}, source)
+        if cfg.linear_layers[i] and p + "ssm_ba.weight" in out:
+            out |= split_rows(out.pop(p + "ssm_ba.weight"), {p + "ssm_beta.weight": per_group.reshape(-1),
+                                                              p + "ssm_alpha.weight": (per_group + r).reshape(-1)}, source)
 
 
 def tensors_from_hf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> dict[str, Tensor]:
     layer_map = HF_NEXT_LAYER | (qwen2moe.HF_SHARED_LAYER if cfg.n_experts else {})
     out = qwen3moe.tensors_from_hf(cfg, {n: t for n, t in tensors.items() if not n.startswith("mtp.")}, source,
                                    layer_map)  # per-expert tensors stacked into ffn_*_exps
-    d = cfg.head_dim
-    per_head = np.arange(cfg.n_heads)[:, None] * 2 * d + np.arange(d)  # (H, D): each head's query rows
+    split_gates(cfg, out, source)
+    hk, dk, rv = cfg.linear_k_heads, cfg.linear_k_dim, cfg.linear_v_heads // max(cfg.linear_k_heads, 1) * cfg.linear_v_dim
+    group = np.arange(hk)[:, None] * (2 * dk + 2 * rv)  # (Hk, 1): each key head's first row of in_proj_qkvz
+    q, k = (group + np.arange(dk)).reshape(-1), (group + dk + np.arange(dk)).reshape(-1)
+    v, z = (group + 2 * dk + np.arange(rv)).reshape(-1), (group + 2 * dk + rv + np.arange(rv)).reshape(-1)
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
-        if p + "attn_q.weight" in out:  # per head [query; gate] -> attn_q, attn_gate
-            out |= split_rows(out.pop(p + "attn_q.weight"), {p + "attn_q.weight": per_head.reshape(-1),
-                                                              p + "attn_gate.weight": (per_head + d).reshape(-1)}, source)
+        if p + "ssm_in.weight" in out:  # [q, k, v, z] per key head -> attn_qkv (all q, all k, all v), attn_gate (z)
+            out |= split_rows(out.pop(p + "ssm_in.weight"), {p + "attn_qkv.weight": np.concatenate([q, k, v]),
+                                                              p + "attn_gate.weight": z}, source)
         if p + "ssm_conv1d.weight" in out:  # (C, 1, K) -> (C, K): the same bytes
             t = out[p + "ssm_conv1d.weight"]
             out[p + "ssm_conv1d.weight"] = Tensor(t.name, t.qtype, (t.shape[0], t.shape[-1]), t.raw, t.source)

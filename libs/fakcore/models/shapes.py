@@ -40,7 +40,7 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
             shapes[p + norm + ".weight"] = (cfg.dim,)
             if cfg.norm_bias:
                 shapes[p + norm + ".bias"] = (cfg.dim,)
-        if cfg.n_experts:  # experts stacked on a first axis, as llama.cpp stores them
+        if cfg.sparse(i):  # experts stacked on a first axis, as llama.cpp stores them
             e, f = cfg.n_experts, cfg.expert_ffn_dim
             shapes |= {p + "ffn_gate_inp.weight": (e, cfg.dim), p + "ffn_gate_exps.weight": (e, f, cfg.dim),
                        p + "ffn_up_exps.weight": (e, f, cfg.dim), p + "ffn_down_exps.weight": (e, cfg.dim, f)}
@@ -81,7 +81,8 @@ def linear_shapes(cfg: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
     """A Gated DeltaNet layer's tensors (engine/deltanet.py), llama.cpp's names; `p` the layer's prefix ("blk.0.")."""
     hk, hv, dk, dv = cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim
     channels = 2 * hk * dk + hv * dv  # the conv runs over q, k and v
-    return {p + "ssm_in.weight": (2 * hk * dk + 2 * hv * dv, cfg.dim), p + "ssm_ba.weight": (2 * hv, cfg.dim),
+    return {p + "attn_qkv.weight": (channels, cfg.dim), p + "attn_gate.weight": (hv * dv, cfg.dim),
+            p + "ssm_beta.weight": (hv, cfg.dim), p + "ssm_alpha.weight": (hv, cfg.dim),
             p + "ssm_conv1d.weight": (channels, cfg.linear_conv), p + "ssm_a": (hv,), p + "ssm_dt.bias": (hv,),
             p + "ssm_norm.weight": (dv,), p + "ssm_out.weight": (cfg.dim, hv * dv)}
 
