@@ -359,6 +359,13 @@ class NumbaBackend:
         self.k.swiglu_oai(np.ascontiguousarray(gate), np.ascontiguousarray(up), np.float32(alpha), np.float32(limit), out)
         return out
 
+    def deltanet_scan(self, *args):
+        """Gated DeltaNet's recurrence after its projections, with delta_scan's signature and contract
+        (fakcore/engine/deltanet.py), as numba kernels (deltanet.py): batch-invariant as the rest."""
+        from fak_engine_cpu import deltanet
+
+        return deltanet.deltanet_scan(*args)
+
     def activation(self, x: np.ndarray, act: str) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
         out = np.empty_like(x)
