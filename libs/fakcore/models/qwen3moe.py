@@ -96,18 +96,23 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
 
 
 def hf_dense_layers(cfg: Mapping[str, Any], n_experts: int, source: str) -> tuple[bool, ...]:
-    """ModelConfig.dense_layers of a Qwen-MoE config.json, as its decoder layers decide: layer i runs the experts
-    unless it is in `mlp_only_layers` or (i + 1) is not a multiple of `decoder_sparse_step`; () when all do."""
+    """ModelConfig.dense_layers of a Qwen-MoE config.json (hf_dense_flags); () when every layer is sparse."""
+    dense = hf_dense_flags(cfg, n_experts, source)
+    if all(dense):
+        raise ConfigError(f"{source}: every layer is dense (mlp_only_layers {sorted(cfg.get('mlp_only_layers') or ())}, "
+                          f"decoder_sparse_step {cfg.get('decoder_sparse_step', 1)}): no mixture of experts left")
+    return dense if any(dense) else ()
+
+
+def hf_dense_flags(cfg: Mapping[str, Any], n_experts: int, source: str) -> tuple[bool, ...]:
+    """Per layer, whether a Qwen-MoE config.json makes it dense, as its decoder layers decide: layer i runs the
+    experts unless it is in `mlp_only_layers` or (i + 1) is not a multiple of `decoder_sparse_step`."""
     n_layers = int(hf_field(cfg, "num_hidden_layers", source))
     step, only = int(cfg.get("decoder_sparse_step") if cfg.get("decoder_sparse_step") is not None else 1), set(cfg.get("mlp_only_layers") or ())
     if step < 1 or not only <= set(range(n_layers)):
         raise ConfigError(f"{source}: decoder_sparse_step {step} is not positive or mlp_only_layers {sorted(only)} "
                           f"names layers the model does not have ({n_layers})")
-    dense = tuple(i in only or n_experts <= 0 or (i + 1) % step != 0 for i in range(n_layers))
-    if all(dense):
-        raise ConfigError(f"{source}: every layer is dense (mlp_only_layers {sorted(only)}, decoder_sparse_step "
-                          f"{step}): no mixture of experts left")
-    return dense if any(dense) else ()
+    return tuple(i in only or n_experts <= 0 or (i + 1) % step != 0 for i in range(n_layers))
 
 
 def tensors_from_gguf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> dict[str, Tensor]:

@@ -86,14 +86,14 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
     if cfg.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"{source}: hidden_act {cfg['hidden_act']!r} is not supported (silu)")
     n_layers, n_experts = int(hf_field(cfg, "num_hidden_layers", source)), int(cfg.get("num_experts", 0))
-    only, step = set(cfg.get("mlp_only_layers") or ()), int(cfg.get("decoder_sparse_step") if cfg.get("decoder_sparse_step") is not None else 1)
     moe = {}
-    if n_experts > 0 and (step < 1 or any(i not in only and (i + 1) % step == 0 for i in range(n_layers))):  # some layer is sparse
+    dense = qwen3moe.hf_dense_flags(cfg, n_experts, source) if n_experts > 0 else ()
+    if dense and not all(dense):  # some layer is sparse
         shared = int(cfg.get("shared_expert_intermediate_size", 0))
         if shared <= 0:
             raise ConfigError(f"{source}: qwen3_next with shared_expert_intermediate_size {shared} (no shared expert) "
                               f"is not supported")
-        moe = dict(n_experts=n_experts, dense_layers=qwen3moe.hf_dense_layers(cfg, n_experts, source),
+        moe = dict(n_experts=n_experts, dense_layers=dense if any(dense) else (),
                    n_experts_used=int(hf_field(cfg, "num_experts_per_tok", source)),
                    expert_ffn_dim=int(hf_field(cfg, "moe_intermediate_size", source)),
                    expert_weights_norm=bool(cfg.get("norm_topk_prob", True)),  # Qwen3NextConfig's default: on
