@@ -4,6 +4,7 @@
     upstream   upstream mode: the latency fak adds over a direct upstream call, one tool result screened per request
     engine     fak's CPU engine vs llama.cpp and HF transformers (pp512, tg128, concurrent streams)
     kv         exact/shift eviction cost vs re-prefill; time to first token with a prefix hit vs cold
+    deltanet   Gated DeltaNet's recurrence: the numba kernel vs the numpy reference, prefill and decode
     screening  tool-result screening: TPR at 1% FPR, latency; gateway added latency
     agentdojo  screening on AgentDojo's data (independent evaluation; needs the agentdojo package)
     sessions   200 concurrent sessions (both wires, streaming, tool results) through the gateway: errors, p50/p90/p99
@@ -17,8 +18,8 @@ import importlib
 import sys
 
 BENCHES = {"gateway": "bench.gateway", "upstream": "bench.upstream", "engine": "bench.engine", "kv": "bench.kv",
-           "screening": "bench.screening", "agentdojo": "bench.agentdojo_eval", "sessions": "bench.sessions",
-           "serve": "bench.serve", "quality": "bench.quality"}
+           "deltanet": "bench.deltanet", "screening": "bench.screening", "agentdojo": "bench.agentdojo_eval",
+           "sessions": "bench.sessions", "serve": "bench.serve", "quality": "bench.quality"}
 
 
 def main(argv: list[str]) -> int:
