@@ -130,10 +130,10 @@ def _tokens(ext: np.ndarray, conv_w: np.ndarray, b: np.ndarray, a: np.ndarray, A
 
 
 @njit(parallel=True, error_model="numpy", cache=True)
-def _columns(y: np.ndarray, decay: np.ndarray, beta: np.ndarray, hk: int, start: int, every: int, S0: np.ndarray,
-             S: np.ndarray, o: np.ndarray, marks: np.ndarray) -> None:
+def _columns(y: np.ndarray, decay: np.ndarray, beta: np.ndarray, hk: int, heads: np.ndarray, start: int, every: int,
+             S0: np.ndarray, S: np.ndarray, o: np.ndarray, marks: np.ndarray) -> None:
     """Phase 2, the delta rule. S0 (Hv, dk, dv): the state before the first token; S <- the state after the last;
-    o (T, Hv, dv) <- q^T S at every token; marks (N, Hv, dk, dv) <- S after each position that is a multiple of
+    o (T, Hv, dv) <- q^T S at every token, value head h reading key head heads[h]; marks (N, Hv, dk, dv) <- S after each position that is a multiple of
     `every`, in order.
 
     Column j of S meets only column j: k^T S, v - k^T S, the update and q^T S are all per column. So a job is
@@ -142,13 +142,12 @@ def _columns(y: np.ndarray, decay: np.ndarray, beta: np.ndarray, hk: int, start:
     token t+1's k^T (exp(g) S), the products the reference forms after the update, in the same order over i."""
     T, hv, dv = o.shape
     dk = S0.shape[1]
-    r = hv // hk
     blocks = (dv + JB - 1) // JB
     first = start // every
     for job in prange(hv * blocks):
         h, j0 = job // blocks, job % blocks * JB
         w = min(JB, dv - j0)
-        qo, ko = h // r * dk, (hk + h // r) * dk  # value head h reads key head h // r
+        qo, ko = heads[h] * dk, (hk + heads[h]) * dk
         vo = 2 * hk * dk + h * dv + j0
         Sb = np.empty((dk, w), np.float32)
         for i in range(dk):
@@ -209,7 +208,8 @@ def _gate(o: np.ndarray, z: np.ndarray, norm: np.ndarray, eps: np.float32) -> No
 
 def deltanet_scan(mixed: np.ndarray, z: np.ndarray, b: np.ndarray, a: np.ndarray, conv_w: np.ndarray, A: np.ndarray,
                   dt_bias: np.ndarray, norm: np.ndarray, conv: np.ndarray, S: np.ndarray, hk: int, eps: np.float32,
-                  start: int, every: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]]]:
+                  start: int, every: int, key_head: np.ndarray | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]]]:
     """fakcore.engine.deltanet.delta_scan's contract: (out (T, Hv, dv), conv (K-1, C), S (Hv, dk, dv), passed
     {position: (conv, S)}); the inputs are not modified. A checkpoint's S is a slice of one array the call
     allocates, its conv state a copy."""
@@ -226,7 +226,8 @@ def deltanet_scan(mixed: np.ndarray, z: np.ndarray, b: np.ndarray, a: np.ndarray
     S_next = np.empty((hv, dk, dv), f32)
     out = np.empty((T, hv, dv), f32)
     marks = np.empty((len(positions), hv, dk, dv), f32)
-    _columns(y, decay, beta, hk, start, every, np.ascontiguousarray(S, f32), S_next, out, marks)
+    heads = np.arange(hv, dtype=np.int64) // (hv // hk) if key_head is None else np.ascontiguousarray(key_head, np.int64)
+    _columns(y, decay, beta, hk, heads, start, every, np.ascontiguousarray(S, f32), S_next, out, marks)
     _gate(out, np.ascontiguousarray(z, f32), np.ascontiguousarray(norm, f32), f32(eps))
     passed = {p: (ext[p - start:p - start + K1].copy(), marks[i]) for i, p in enumerate(positions)}
     return out, ext[T:T + K1].copy(), S_next, passed

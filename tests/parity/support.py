@@ -65,6 +65,8 @@ LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hi
 NEOX_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
 MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
            rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+QWEN35_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0],
+               "mrope_interleaved": True}
 FALCON_UNSET = ("head_dim", "intermediate_size", "num_key_value_heads", "rms_norm_eps")  # Falcon's own names below
 MPT_UNSET = FALCON_UNSET + ("max_position_embeddings",)  # MptConfig: max_seq_len, 4 * d_model, no grouped query
 FAMILIES: dict[str, Family] = {
@@ -288,6 +290,25 @@ FAMILIES: dict[str, Family] = {
                                                             norm_topk_prob=True, mlp_only_layers=[],
                                                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                                              "partial_rotary_factor": 0.25})),
+    # Qwen3.5, the hybrid with plain projections (in_proj_qkv / z / b / a) and the dense MLP on every layer: every
+    # second layer attends; 2 key heads, 4 value heads of 32 (a whole Q8_0 block: llama.cpp's converter moves the
+    # value heads, so a head must not split a block); the multimodal RoPE's sections over the 2 rotated pairs
+    "qwen35": Family("qwen3_5_text", "qwen35", dict(num_hidden_layers=4, tie_word_embeddings=False,
+                                                    full_attention_interval=2, linear_num_key_heads=2,
+                                                    linear_num_value_heads=4, linear_key_head_dim=16,
+                                                    linear_value_head_dim=32, linear_conv_kernel_dim=4,
+                                                    rope_parameters=QWEN35_ROPE)),
+    # Qwen3.5's MoE: the experts (4 of width 32, top 2, always renormalised) and a gated shared expert on every
+    # layer; no dense width in its config
+    "qwen35-moe": Family("qwen3_5_moe_text", "qwen35moe", dict(num_hidden_layers=4, tie_word_embeddings=True,
+                                                               full_attention_interval=2, linear_num_key_heads=2,
+                                                               linear_num_value_heads=4, linear_key_head_dim=16,
+                                                               linear_value_head_dim=32, linear_conv_kernel_dim=4,
+                                                               num_experts=4, num_experts_per_tok=2,
+                                                               moe_intermediate_size=32,
+                                                               shared_expert_intermediate_size=64,
+                                                               rope_parameters=QWEN35_ROPE),
+                         unset=("intermediate_size",)),
 }
 FORMATS = ("safetensors", "gguf-f32", "gguf-f16", "gguf-q8_0")
 ROUNDING = {"safetensors": "F32", "gguf-f32": "F32", "gguf-f16": "F16", "gguf-q8_0": "Q8_0"}
@@ -321,9 +342,12 @@ def build_hf_model(name: str, matrix_qtype: str = "F32", seed: int = 0) -> torch
                 w = p.numpy().swapaxes(-1, -2) if right else p.numpy()
                 values = np.array(Tensor.from_array(pname, np.ascontiguousarray(w), matrix_qtype).dequantize())
                 p.copy_(torch.from_numpy(np.ascontiguousarray(values.swapaxes(-1, -2) if right else values)))
-    if fam.model_type == "qwen3_next":
+    if fam.model_type in HYBRIDS:
         qwen3next_decay(model, torch.Generator().manual_seed(seed + 2))
     return model
+
+
+HYBRIDS = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")  # model types with Gated DeltaNet layers
 
 
 def qwen3next_decay(model: torch.nn.Module, gen: torch.Generator) -> None:
@@ -377,7 +401,7 @@ def save_hf(model: torch.nn.Module, out: Path) -> Path:
     """save_pretrained plus the tokenizer files a HuggingFace checkpoint carries."""
     model.save_pretrained(out)
     config = model.config
-    if config.model_type == "qwen3_next":  # transformers 5 consumes the interval into layer_types; the published
+    if config.model_type in HYBRIDS:  # transformers 5 consumes the interval into layer_types; the published
         types = config.layer_types  # checkpoints' config.json (what convert_hf_to_gguf reads) carries it too
         interval = types.index("full_attention") + 1
         if all((t == "full_attention") == ((i + 1) % interval == 0) for i, t in enumerate(types)):
@@ -512,9 +536,12 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         w.add_block_count(hp["num_hidden_layers"])
         w.add_context_length(hp["max_position_embeddings"])
         w.add_embedding_length(hp["hidden_size"])
-        w.add_feed_forward_length(hp["intermediate_size"])
+        if "intermediate_size" in hp:  # find_hparam(..., optional=True): a Qwen3.5-MoE config has none
+            w.add_feed_forward_length(hp["intermediate_size"])
         w.add_head_count(hp["num_attention_heads"])
         w.add_head_count_kv(hp["num_key_value_heads"])
+        if "mrope_section" in full:  # padded to 4 [time, height, width, extra]
+            w.add_rope_dimension_sections([*full["mrope_section"], 0, 0, 0, 0][:4])
         if full.get("rope_type") == "linear":
             w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
             w.add_rope_scaling_factor(full["factor"])
@@ -547,9 +574,11 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         w.add_expert_used_count(hp["num_experts_per_tok"])
     if arch == "qwen3moe":  # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
-    if arch == "qwen3next":  # Qwen3NextModel.set_gguf_parameters (after Qwen2MoeModel's)
-        w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
-        w.add_expert_shared_feed_forward_length(hp["shared_expert_intermediate_size"])
+    if arch in ("qwen3next", "qwen35", "qwen35moe"):  # Qwen3NextModel.set_gguf_parameters (after Qwen2MoeModel's)
+        if "moe_intermediate_size" in hp:
+            w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
+        if "shared_expert_intermediate_size" in hp:
+            w.add_expert_shared_feed_forward_length(hp["shared_expert_intermediate_size"])
         w.add_ssm_conv_kernel(hp["linear_conv_kernel_dim"])
         w.add_ssm_state_size(hp["linear_key_head_dim"])
         w.add_ssm_group_count(hp["linear_num_key_heads"])
@@ -557,6 +586,8 @@ def write_metadata(w: gguf.GGUFWriter, arch: str, hp: dict[str, Any], qtype: str
         w.add_ssm_inner_size(hp["linear_value_head_dim"] * hp["linear_num_value_heads"])
         w.add_full_attention_interval(hp.get("full_attention_interval", 4))
         w.add_rope_dimension_count(int(hp["head_dim"] * rope.get("partial_rotary_factor", 0.25)))
+    if arch in ("qwen35", "qwen35moe") and "mrope_section" not in full:  # _Qwen35MRopeMixin: always written
+        w.add_rope_dimension_sections([11, 11, 10, 0])
     if arch == "qwen2moe":  # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
         w.add_expert_shared_feed_forward_length(hp["shared_expert_intermediate_size"])
@@ -648,7 +679,9 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
             data = permute(data, n_head, n_kv)
         if arch.startswith("gemma") and hf_name.endswith("norm.weight"):
             data = data + 1
-        if arch == "qwen3next":  # Qwen3NextModel.filter_tensors / modify_tensors
+        if arch in ("qwen35", "qwen35moe") and "linear_attn." in hf_name:  # _LinearAttentionVReorderBase
+            data = reorder_v_heads(hf_name, data, hp)
+        if arch in ("qwen3next", "qwen35", "qwen35moe"):  # Qwen3NextModel.filter_tensors / modify_tensors
             if hf_name.startswith("mtp"):
                 continue
             if hf_name.endswith(".A_log"):
@@ -706,6 +739,32 @@ def write_gguf(hf_dir: Path, name: str, qtype: str, out: Path, edit: Callable[[d
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def reorder_v_heads(hf_name: str, data: np.ndarray, hp: dict[str, Any]) -> np.ndarray:
+    """_LinearAttentionVReorderBase.modify_tensors: the value heads from grouped by key head [K0: v0 v1, K1: v0 v1]
+    to tiled [v0: K0 K1, v1: K0 K1], in the V rows of in_proj_qkv and the conv, the rows of in_proj_z / b / a,
+    A_log and dt_bias, and the columns of out_proj."""
+    hk, hv = hp["linear_num_key_heads"], hp["linear_num_value_heads"]
+    if hk == hv:
+        return data
+    dk, dv, r = hp["linear_key_head_dim"], hp["linear_value_head_dim"], hv // hk
+
+    def tiled(x: np.ndarray, axis: int, head: int) -> np.ndarray:
+        shape = x.shape
+        x = x.reshape(*shape[:axis], hk, r, head, *shape[axis + 1:])
+        return np.swapaxes(x, axis, axis + 1).reshape(shape)
+
+    if ".in_proj_qkv." in hf_name or ".conv1d" in hf_name:  # only the V rows (channels)
+        qk = 2 * hk * dk
+        return np.concatenate([data[:qk], tiled(data[qk:], 0, dv)])
+    if ".in_proj_z." in hf_name:
+        return tiled(data, 0, dv)
+    if ".in_proj_b." in hf_name or ".in_proj_a." in hf_name or ".A_log" in hf_name or ".dt_bias" in hf_name:
+        return tiled(data, 0, 1)
+    if ".out_proj." in hf_name:
+        return tiled(data, 1, dv)
+    return data
 
 
 def add_tensor(w: gguf.GGUFWriter, name: str, data: np.ndarray, qtype: str) -> None:

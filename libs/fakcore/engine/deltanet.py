@@ -10,7 +10,7 @@ One token of one layer, as HuggingFace's Qwen3NextGatedDeltaNet (its torch_recur
     z = attn_gate @ x            (Hv*dv) the output gate
     b, a = ssm_beta @ x, ssm_alpha @ x                   (Hv) each
     q, k, v = silu(conv1d([conv state; q k v]))          the conv over the last K inputs of each channel
-    q, k = l2norm(q), l2norm(k); q /= sqrt(dk)            value head j reads key head j // r
+    q, k = l2norm(q), l2norm(k); q /= sqrt(dk)            value head j reads key head j // r (key_heads)
     g = A * softplus(a + dt_bias), A = -exp(A_log);  beta = sigmoid(b)
     S = exp(g) S;  S += k (beta (v - k^T S))^T;  o = q^T S                                per value head
     y = ssm_out @ (rmsnorm(o) * w * silu(z))             RMSNormGated over dv, its gains w plain (not 1 + w)
@@ -68,6 +68,14 @@ class DeltaNetWeights:
 def conv_channels(cfg: ModelConfig) -> int:
     """C: the conv runs over q, k and v (not z)."""
     return 2 * cfg.linear_k_heads * cfg.linear_k_dim + cfg.linear_v_heads * cfg.linear_v_dim
+
+
+def key_heads(cfg: ModelConfig) -> np.ndarray:
+    """(Hv,) the key head each value head reads: j // r as HuggingFace orders the value heads (grouped by key
+    head), j % Hk in a qwen35 GGUF (llama.cpp's converter tiles them: ModelConfig.linear_v_tiled)."""
+    hk, hv = cfg.linear_k_heads, cfg.linear_v_heads
+    heads = np.arange(hv, dtype=np.int64)
+    return heads % hk if cfg.linear_v_tiled else heads // max(hv // max(hk, 1), 1)
 
 
 def load_layer(tensors: Mapping[str, Tensor], p: str, backend: Backend) -> DeltaNetWeights:
@@ -203,30 +211,33 @@ def gated_deltanet(be: Backend, cfg: ModelConfig, h: Act, w: DeltaNetWeights, se
     a = np.ascontiguousarray(ba[:, hv:] if w.w_a is None else be.to_host(be.linear(h, w.w_a)))
     out = np.empty((T, hv, dv), np.float32)
     scan = getattr(be, "deltanet_scan", delta_scan)
+    heads = key_heads(cfg)
     for seg in segments:
         state: RecurrentState = seg.cache.recurrent
         rows = seg.rows
         out[rows], conv, S, passed = scan(mixed[rows], z[rows], b[rows], a[rows], w.conv, w.a, w.dt_bias, w.norm,
                                           state.conv[layer], state.ssm[layer], hk, np.float32(cfg.norm_eps),
-                                          seg.cache.length, state.every)
+                                          seg.cache.length, state.every, heads)
         state.write(layer, conv, S, passed)
     return be.linear(out.reshape(T, hv * dv), w.w_out)
 
 
 def delta_scan(mixed: np.ndarray, z: np.ndarray, b: np.ndarray, a: np.ndarray, conv_w: np.ndarray, A: np.ndarray,
                dt_bias: np.ndarray, norm: np.ndarray, conv: np.ndarray, S: np.ndarray, hk: int, eps: np.float32,
-               start: int, every: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]]]:
+               start: int, every: int, key_head: np.ndarray | None = None,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]]]:
     """One sequence's T tokens through one linear layer after its projections, token by token (host f32).
 
     mixed (T, C): the conv's input, [q (Hk*dk); k (Hk*dk); v (Hv*dv)]; z (T, Hv, dv): the output gate; b, a
     (T, Hv): beta's and the decay's logits; conv_w (K, C), A, dt_bias (Hv,), norm (dv,): the layer's weights;
     conv (K-1, C), S (Hv, dk, dv): the state before the first token (not modified); start: the positions before
-    it. Returns (out (T, Hv, dv), conv, S, passed): the gated, normed outputs, the state after the last token,
-    and the state after every position p in start+1 … start+T with p % every == 0 (checkpoints), as copies.
+    it; key_head (Hv,): the key head each value head reads (key_heads; None: j // r). Returns (out (T, Hv, dv),
+    conv, S, passed): the gated, normed outputs, the state after the last token, and the state after every
+    position p in start+1 … start+T with p % every == 0 (checkpoints), as copies.
     A backend may bring its own (`deltanet_scan`, the same signature and contract: engine-cpu's numba kernel)."""
     T, hv, dv = z.shape
     dk = S.shape[1]
-    r = hv // hk
+    heads = np.arange(hv) // (hv // hk) if key_head is None else np.asarray(key_head)
     q_scale = np.float32(dk ** -0.5)
     conv, S = conv.copy(), S.copy()
     out = np.empty((T, hv, dv), np.float32)
@@ -238,7 +249,7 @@ def delta_scan(mixed: np.ndarray, z: np.ndarray, b: np.ndarray, a: np.ndarray, c
         q = l2norm(y[:hk * dk].reshape(hk, dk)) * q_scale
         k = l2norm(y[hk * dk:2 * hk * dk].reshape(hk, dk))
         v = y[2 * hk * dk:].reshape(hv, dv)
-        q, k = np.repeat(q, r, axis=0), np.repeat(k, r, axis=0)  # (Hv, dk): value head j reads key head j // r
+        q, k = q[heads], k[heads]  # (Hv, dk): value head j reads key head heads[j]
         g = A * softplus(a[t] + dt_bias)  # (Hv,) the log of each head's decay
         beta = sigmoid(b[t])  # (Hv,)
         S = S * np.exp(g)[:, None, None]

@@ -36,13 +36,14 @@ GGUF_ARCHS = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "g
               "olmo2": "olmo2", "qwen3moe": "qwen3moe", "gptneox": "gptneox", "stablelm": "stablelm",
               "phi3": "phi3", "granite": "granite", "falcon": "falcon", "mpt": "mpt",
               "olmoe": "olmoe", "granitemoe": "granitemoe", "gpt-oss": "gpt_oss", "qwen3next": "qwen3next",
-              "qwen2moe": "qwen2moe"}
+              "qwen2moe": "qwen2moe", "qwen35": "qwen35", "qwen35moe": "qwen35"}
 # HuggingFace `model_type` -> family module.
 HF_MODEL_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
                   "gemma3_text": "gemma3", "olmo2": "olmo2", "qwen3_moe": "qwen3moe", "gpt_neox": "gptneox",
                   "stablelm": "stablelm", "phi3": "phi3", "granite": "granite", "falcon": "falcon", "mpt": "mpt",
                   "olmoe": "olmoe", "granitemoe": "granitemoe", "gpt_oss": "gpt_oss", "qwen3_next": "qwen3next",
-                  "qwen2_moe": "qwen2moe", "granitemoeshared": "granitemoe"}
+                  "qwen2_moe": "qwen2moe", "granitemoeshared": "granitemoe", "qwen3_5": "qwen35", "qwen3_5_text": "qwen35",
+                  "qwen3_5_moe": "qwen35", "qwen3_5_moe_text": "qwen35"}
 
 
 @dataclass

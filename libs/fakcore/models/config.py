@@ -115,13 +115,14 @@ class ModelConfig:
     moe_topk_softmax: bool = False  # top-k of the router's logits, then softmax over those k; False: softmax, top-k
     swiglu_alpha: float = 1.702  # act "swiglu_oai": (clamp(up) + 1) * g * sigmoid(alpha * g), g = min(gate, limit)
     swiglu_limit: float = 7.0  # act "swiglu_oai": gate clamped above at it, up to [-limit, limit]
-    # Qwen3-Next (models/qwen3next.py): Gated DeltaNet linear-attention layers among gated attention layers
+    # Qwen3-Next, Qwen3.5 (models/qwen3next.py, qwen35.py): Gated DeltaNet linear-attention layers among gated attention
     linear_layers: tuple[bool, ...] = ()  # per layer: True = Gated DeltaNet (engine/deltanet.py); (): every layer attends
     linear_k_heads: int = 0  # query/key heads of a linear layer (linear_num_key_heads)
     linear_v_heads: int = 0  # value heads (linear_num_value_heads), a multiple of linear_k_heads
     linear_k_dim: int = 0  # per-head query/key width (linear_key_head_dim)
     linear_v_dim: int = 0  # per-head value width (linear_value_head_dim)
     linear_conv: int = 0  # the causal depthwise conv's kernel width (linear_conv_kernel_dim)
+    linear_v_tiled: bool = False  # value head j reads key head j % Hk (llama.cpp's qwen35 GGUF order); False: j // (Hv / Hk)
     attn_gate: bool = False  # attention's output times sigmoid(attn_gate.weight @ x), per channel, before attn_output
     # derived in __post_init__
     layer_window: tuple[int, ...] = field(default=(), init=False)  # per layer: window size, 0 = global

@@ -62,27 +62,35 @@ LAYER_TYPES = ("linear_attention", "full_attention")
 
 
 def config_from_gguf(meta: Mapping[str, Any], tensors: Mapping[str, Tensor], source: str) -> ModelConfig:
-    def get(key: str) -> Any:
-        return gguf_field(meta, f"{ARCH}.{key}", source)
-
     base = gguf_base(meta, ARCH, source, partial_rope=True)
     experts = qwen3moe.gguf_experts(meta, tensors, ARCH, source, shared=True)
     if experts["shared_expert_ffn_dim"] <= 0:
         raise ConfigError(f"{source}: qwen3next with no shared expert ('{ARCH}.expert_shared_feed_forward_length' "
                           f"absent or 0) is not supported")
+    return ModelConfig(**base, qk_norm=True, attn_gate=True, tie_embeddings=untie_gguf(tensors), shared_expert_gate=True,
+                       **gguf_linear(meta, ARCH, base["n_layers"], source), **experts)
+
+
+def gguf_linear(meta: Mapping[str, Any], arch: str, n_layers: int, source: str) -> dict[str, Any]:
+    """The ModelConfig fields of the linear layers, from the `ssm.*` keys and `full_attention_interval` (layer i
+    attends when (i + 1) % interval == 0) that Qwen3NextModel.set_gguf_parameters writes (qwen35.py's too)."""
+
+    def get(key: str) -> Any:
+        return gguf_field(meta, f"{arch}.{key}", source)
+
     hv, inner, interval = int(get("ssm.time_step_rank")), int(get("ssm.inner_size")), int(get("full_attention_interval"))
     if hv <= 0 or inner % hv or interval <= 0:
-        raise ConfigError(f"{source}: '{ARCH}.ssm.inner_size' = {inner} is not a multiple of '{ARCH}.ssm.time_step_rank' "
-                          f"= {hv}, or '{ARCH}.full_attention_interval' = {interval} is not positive")
-    return ModelConfig(**base, qk_norm=True, attn_gate=True, tie_embeddings=untie_gguf(tensors), shared_expert_gate=True,
-                       linear_layers=tuple((i + 1) % interval != 0 for i in range(base["n_layers"])),
-                       linear_k_heads=int(get("ssm.group_count")), linear_v_heads=hv, linear_k_dim=int(get("ssm.state_size")),
-                       linear_v_dim=inner // hv, linear_conv=int(get("ssm.conv_kernel")), **experts)
+        raise ConfigError(f"{source}: '{arch}.ssm.inner_size' = {inner} is not a multiple of '{arch}.ssm.time_step_rank' "
+                          f"= {hv}, or '{arch}.full_attention_interval' = {interval} is not positive")
+    return dict(linear_layers=tuple((i + 1) % interval != 0 for i in range(n_layers)),
+                linear_k_heads=int(get("ssm.group_count")), linear_v_heads=hv, linear_k_dim=int(get("ssm.state_size")),
+                linear_v_dim=inner // hv, linear_conv=int(get("ssm.conv_kernel")))
 
 
-def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
+def config_from_hf(cfg: Mapping[str, Any], source: str, arch: str = ARCH, family: str = "qwen3_next") -> ModelConfig:
+    """arch, family: the names a Qwen3.5 config is loaded under (qwen35.py), in the config and its errors."""
     if cfg.get("attention_bias"):
-        raise ConfigError(f"{source}: attention_bias is not supported for qwen3_next")
+        raise ConfigError(f"{source}: attention_bias is not supported for {family}")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"{source}: hidden_act {cfg['hidden_act']!r} is not supported (silu)")
     n_layers, n_experts = int(hf_field(cfg, "num_hidden_layers", source)), int(cfg.get("num_experts", 0))
@@ -91,7 +99,7 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
     if dense and not all(dense):  # some layer is sparse
         shared = int(cfg.get("shared_expert_intermediate_size", 0))
         if shared <= 0:
-            raise ConfigError(f"{source}: qwen3_next with shared_expert_intermediate_size {shared} (no shared expert) "
+            raise ConfigError(f"{source}: {family} with shared_expert_intermediate_size {shared} (no shared expert) "
                               f"is not supported")
         moe = dict(n_experts=n_experts, dense_layers=dense if any(dense) else (),
                    n_experts_used=int(hf_field(cfg, "num_experts_per_tok", source)),
@@ -106,7 +114,7 @@ def config_from_hf(cfg: Mapping[str, Any], source: str) -> ModelConfig:
         raise ConfigError(f"{source}: config.json 'layer_types' has {len(types)} entries for {n_layers} layers")
     if unknown := sorted(set(types) - set(LAYER_TYPES)):
         raise ConfigError(f"{source}: config.json 'layer_types' has unsupported {unknown} ({', '.join(LAYER_TYPES)})")
-    base = hf_base(cfg, ARCH, source, allow_partial=True)
+    base = hf_base(cfg, arch, source, allow_partial=True)
     linear = dict(linear_k_heads=int(hf_field(cfg, "linear_num_key_heads", source)),
                   linear_v_heads=int(hf_field(cfg, "linear_num_value_heads", source)),
                   linear_k_dim=int(hf_field(cfg, "linear_key_head_dim", source)),
@@ -139,8 +147,10 @@ def split_gates(cfg: ModelConfig, out: dict[str, Tensor], source: str) -> None:
                                                               p + "ssm_alpha.weight": (per_group + r).reshape(-1)}, source)
 
 
-def tensors_from_hf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str) -> dict[str, Tensor]:
-    layer_map = HF_NEXT_LAYER | (qwen2moe.HF_SHARED_LAYER if cfg.n_experts else {})
+def tensors_from_hf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: str,
+                    linear_map: Mapping[str, str] = HF_NEXT_LAYER) -> dict[str, Tensor]:
+    """linear_map: the per-layer names besides the shared expert's (qwen35.py's linear layers name theirs)."""
+    layer_map = dict(linear_map) | (qwen2moe.HF_SHARED_LAYER if cfg.n_experts else {})
     out = qwen3moe.tensors_from_hf(cfg, {n: t for n, t in tensors.items() if not n.startswith("mtp.")}, source,
                                    layer_map)  # per-expert tensors stacked into ffn_*_exps
     split_gates(cfg, out, source)

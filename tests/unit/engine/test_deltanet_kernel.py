@@ -72,6 +72,32 @@ def test_matches_reference(shape, T, start):
         close(s, r_passed[p][1])
 
 
+def tiled_layout(x: dict, hk: int, hv: int, dk: int, dv: int) -> tuple[dict, np.ndarray]:
+    """The same layer with its value heads as llama.cpp's qwen35 converter stores them: tiled position p holds
+    HuggingFace's (grouped) head (p % Hk) * r + p // Hk. Returns the inputs so laid out and that permutation."""
+    r = hv // hk
+    perm = np.array([(p % hk) * r + p // hk for p in range(hv)])
+    qk = 2 * hk * dk
+    channels = np.concatenate([np.arange(qk), qk + (perm[:, None] * dv + np.arange(dv)).reshape(-1)])
+    y = dict(x, mixed=x["mixed"][:, channels], conv_w=x["conv_w"][:, channels], conv=x["conv"][:, channels],
+             z=x["z"][:, perm], b=x["b"][:, perm], a=x["a"][:, perm], A=x["A"][perm], dt_bias=x["dt_bias"][perm],
+             S=x["S"][perm])
+    return {k: np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v for k, v in y.items()}, perm
+
+
+@pytest.mark.parametrize("scan", [delta_scan, deltanet_scan], ids=["reference", "kernel"])
+def test_tiled_value_heads_read_the_key_head_they_are_told(scan):
+    """key_head maps value heads to key heads. A layer stored tiled and read with j % Hk gives, head for head, what
+    the grouped layer gives read with j // r (the default): the same bits, only the heads' order differs."""
+    hk, hv, dk, dv = 2, 6, 16, 8
+    x = inputs(23, hk, hv, dk, dv, 4, start=3)
+    y, perm = tiled_layout(x, hk, hv, dk, dv)
+    grouped, tiled = scan(**x), scan(**y, key_head=np.arange(hv) % hk)
+    assert np.array_equal(tiled[0], grouped[0][:, perm])
+    assert np.array_equal(tiled[2], grouped[2][perm])
+    assert not np.array_equal(scan(**y)[0], tiled[0])  # read grouped, the tiled layout is another layer
+
+
 @pytest.mark.parametrize("shape", SHAPES[:2], ids=lambda s: "hk{}-hv{}".format(*s[:2]))
 def test_split_calls_and_threads_give_the_same_bits(shape):
     """Tokens [0:5] then [5:T] from the first call's state: the one call's bits. So with one thread."""
