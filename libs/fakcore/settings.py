@@ -105,7 +105,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     kv_budget: Annotated[str, _doc("KV-cache memory of an engine worker (a size, read at start-up: e.g. 512MiB, 2GiB): finished sequences are kept for prefix reuse and dropped least-recently-used first above it; 0 keeps none.")] = "1GiB"
     kv_min_prefix: Annotated[int, _doc("Fewest shared prompt tokens worth reusing from a cached sequence.")] = 16
     kv_evict_mode: Annotated[Literal["exact", "shift"], _doc("How a quarantined block's KV spans are evicted: `exact` (drop, recompute the suffix: bit-identical to a fresh prefill) or `shift` (drop, re-rotate survivors' keys; no recompute).")] = "exact"
-    state_checkpoint_every: Annotated[int, _doc("Hybrid models (qwen3next): positions between copies of a sequence's linear-attention state; exact eviction recomputes from the latest copy at or before the span (smaller: less recompute, more memory).")] = 256
+    state_checkpoint_every: Annotated[int, _doc("Hybrid models (qwen3next, qwen35): positions between copies of a sequence's linear-attention state; exact eviction recomputes from the latest copy at or before the span (smaller: less recompute, more memory).")] = 256
     kv_verify: Annotated[bool, _doc("After each eviction, prefill the surviving tokens into a scratch cache and report in the receipt whether the cache is bit-identical (doubles the eviction cost).")] = True
     hold_timeout_s: Annotated[float, _doc("Verdict barrier: how long a held request waits for its Release before it fails (504).")] = 30.0
 
