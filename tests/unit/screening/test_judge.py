@@ -75,9 +75,13 @@ def test_fak_up_refuses_a_judge_whose_model_is_not_there(tmp_path):
 
 
 def test_the_adjudicator_does_not_start_when_nothing_serves_the_judge(nats_server, tmp_path):
-    """The model is pulled, but no worker serves it: the adjudicator exits naming what is missing."""
+    """The model is pulled, but no worker serves it: the adjudicator exits naming what is missing. (The launcher
+    would start the judge's worker beside it; left out here, or it could answer the probe, too slowly, first.)"""
     s = base_settings(nats_server.url, screen_judge="async", screen_judge_model="smollm2-135m", screen_judge_timeout_s=0.25)
     topo = Topology(s, services=("adjudicator",), log_dir=tmp_path)
+    planned = topo.plan()
+    assert [p.name for p in planned] == ["adjudicator", "engine-cpu-judge"]
+    topo.plan = lambda: planned[:1]  # the adjudicator alone
     with pytest.raises(StartupError, match="adjudicator exited with status 1 during start-up"):
         topo.start(timeout=30)
     log = (tmp_path / "adjudicator.log").read_text()
