@@ -20,7 +20,7 @@ from fakcore.settings import Settings, SettingsError, parse_bytes
 def test_defaults():
     s = Settings.load(env={})
     assert (s.host, s.port, s.model, s.backend) == ("127.0.0.1", 8080, "synthetic", "numba")
-    assert s.activations == "f32"  # argmax-exact; int8 (or auto) is asked for
+    assert s.activations == "auto"  # the CPU's fastest path: int8 where it runs one
     assert s.routed_models == ("synthetic",)
 
 
