@@ -850,6 +850,16 @@ def measure(case: str, path: Path, model: torch.nn.Module, tokens: np.ndarray, b
     return m
 
 
+def assert_matches(m: Measured, bound: float, backend: str) -> None:
+    """What a parity case asserts: logits within `bound` of HuggingFace, its argmax at every position, the cached
+    decode within `bound` of the full pass, and on numba (batch-invariant) equal to it bit for bit."""
+    assert m.logits_max_abs <= bound
+    assert m.argmax_agree == m.positions == SEQ
+    assert m.cached_max_abs <= bound
+    if backend == "numba":
+        assert m.cached_max_abs == 0.0
+
+
 def table() -> str:
     lines = ["| case | logits max abs diff | argmax agree | cached vs full max abs diff |", "|---|---|---|---|"]
     lines += [f"| {m.case} | {m.logits_max_abs:.2e} | {m.argmax_agree}/{m.positions} | {m.cached_max_abs:.2e} |"
