@@ -1,6 +1,6 @@
 """The real SmolLM2-135M-Instruct through the whole running system on the defaults (numba, activations `auto`:
-int8 where the CPU runs an int8 path). Its own module: the module-scoped workers of test_smollm2_system.py (f32)
-must not be on the bus beside this one's."""
+int8 where the CPU runs an int8 path), on a bus of its own: no other module's smollm2-135m worker (f32) may be
+listed beside this one's or answer for it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.conftest import base_settings, running
 pytestmark = pytest.mark.slow
 
 
-def test_the_default_path_serves_what_it_computes(nats_server, tmp_path):
+def test_the_default_path_serves_what_it_computes(tmp_path):
     """A worker on the defaults (numba, activations auto) answers three chat prompts with exactly the greedy
     continuation the same path gives in this process, and names its path in the heartbeat."""
     import fak_engine_cpu.backend  # noqa: F401  registers "numba"
@@ -24,7 +24,9 @@ def test_the_default_path_serves_what_it_computes(nats_server, tmp_path):
     from fakcore.settings import Settings
 
     assert Settings.load(env={}).activations == "auto"
-    settings = base_settings(nats_server.url, model="smollm2-135m", backend="numba", threads=2, adjudicate=False)
+    # its own bus (an embedded nats-server in a temporary dir): on the shared one, a smollm2-135m worker another
+    # module left announced could be listed and routed to
+    settings = base_settings("", data_dir="temp", model="smollm2-135m", backend="numba", threads=2, adjudicate=False)
     assert settings.activations == "auto"
     model = load_model("smollm2-135m", make_backend("numba", threads=2, activations="auto"))
     questions = ["What is the capital of France?", "What is the capital of Italy?", "What is 2 + 2?"]
