@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit, prange
 
 from fak_engine_cpu.kernels import _exp
-from fakcore.engine.deltanet import L2_EPS
+from fakcore.engine.deltanet import L2_EPS, grouped_heads
 
 # S's columns per job of the delta rule: a (dk, JB) block is 32 KiB at dk = 128, inside a 48 KiB L1, and a row
 # is four AVX-512 vectors, enough to cover the loop's overhead and its per-column sums' trips through memory
@@ -226,7 +226,7 @@ def deltanet_scan(mixed: np.ndarray, z: np.ndarray, b: np.ndarray, a: np.ndarray
     S_next = np.empty((hv, dk, dv), f32)
     out = np.empty((T, hv, dv), f32)
     marks = np.empty((len(positions), hv, dk, dv), f32)
-    heads = np.arange(hv, dtype=np.int64) // (hv // hk) if key_head is None else np.ascontiguousarray(key_head, np.int64)
+    heads = grouped_heads(hk, hv) if key_head is None else np.ascontiguousarray(key_head, np.int64)
     _columns(y, decay, beta, hk, heads, start, every, np.ascontiguousarray(S, f32), S_next, out, marks)
     _gate(out, np.ascontiguousarray(z, f32), np.ascontiguousarray(norm, f32), f32(eps))
     passed = {p: (ext[p - start:p - start + K1].copy(), marks[i]) for i, p in enumerate(positions)}

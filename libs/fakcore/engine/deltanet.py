@@ -74,8 +74,12 @@ def key_heads(cfg: ModelConfig) -> np.ndarray:
     """(Hv,) the key head each value head reads: j // r as HuggingFace orders the value heads (grouped by key
     head), j % Hk in a qwen35 GGUF (llama.cpp's converter tiles them: ModelConfig.linear_v_tiled)."""
     hk, hv = cfg.linear_k_heads, cfg.linear_v_heads
-    heads = np.arange(hv, dtype=np.int64)
-    return heads % hk if cfg.linear_v_tiled else heads // max(hv // max(hk, 1), 1)
+    return np.arange(hv, dtype=np.int64) % hk if cfg.linear_v_tiled else grouped_heads(hk, hv)
+
+
+def grouped_heads(hk: int, hv: int) -> np.ndarray:
+    """(Hv,) value head j reads key head j // (Hv / Hk): HuggingFace's order, a scan's default."""
+    return np.arange(hv, dtype=np.int64) // (hv // hk)
 
 
 def load_layer(tensors: Mapping[str, Tensor], p: str, backend: Backend) -> DeltaNetWeights:
@@ -237,7 +241,7 @@ def delta_scan(mixed: np.ndarray, z: np.ndarray, b: np.ndarray, a: np.ndarray, c
     A backend may bring its own (`deltanet_scan`, the same signature and contract: engine-cpu's numba kernel)."""
     T, hv, dv = z.shape
     dk = S.shape[1]
-    heads = np.arange(hv) // (hv // hk) if key_head is None else np.asarray(key_head)
+    heads = grouped_heads(hk, hv) if key_head is None else np.asarray(key_head)
     q_scale = np.float32(dk ** -0.5)
     conv, S = conv.copy(), S.copy()
     out = np.empty((T, hv, dv), np.float32)

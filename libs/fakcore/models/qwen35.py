@@ -141,4 +141,3 @@ def tensors_from_gguf(cfg: ModelConfig, tensors: Mapping[str, Tensor], source: s
     """The decoder's blocks (an MTP block past them is dropped), post_attention_norm as ffn_norm, attn_q split."""
     kept = {n: t for n, t in tensors.items() if not (n.startswith("blk.") and int(n.split(".")[1]) >= cfg.n_layers)}
     return qwen3next.tensors_from_gguf(cfg, kept, source)
-
