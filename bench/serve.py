@@ -88,7 +88,10 @@ async def one_request(client, url: str, model: str, tokens: int) -> tuple[int, f
 async def drive(url: str, model: str, streams: int, tokens: int, rounds: int) -> Round:
     import httpx
 
-    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
+    # A new connection per request, for both servers: llama-server closes an idle keep-alive connection between
+    # requests now and then, and a request sent on it dies with "Server disconnected" (a loopback connect costs
+    # well under a millisecond, nothing against a request's ~2 s).
+    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         await one_request(client, url, model, 8)  # warm-up: connection, compiled kernels
         results: list[tuple[int, float]] = []
