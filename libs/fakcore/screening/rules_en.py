@@ -225,9 +225,11 @@ RULES: list[Rule] = [
         rf"|(?:reveal|print|output|disclose|leak)\b[^.\n]{{0,20}}\b(?:the |all )?(?:user'?s? )?api keys?\b"  # not "include your API key" (docs)
         rf"|(?:send|make|schedule|create)\b[^.\n]{{0,30}}\b(?:transaction|payment|transfer)s?\b[^.\n]{{0,40}}\b(?:that includes?|including|containing|"
         rf"with)\b[^.\n]{{0,30}}\b(?:the user'?s?|their|his|her)\b"), "asks to move data or money out"),
-    rule("money_transfer", 0.45, "account|iban & transfer|wire|send|pay", (
-        r"(?:transfer|wire|send|pay)\b[^.\n]{0,20}\b\d[\d,.]*\s*(?:eur|usd|gbp|€|\$|dollars|euros)?[^.\n]{0,30}\b(?:to|into) "
-        r"(?:the )?(?:account|iban)\b"), "asks to send money to an account"),
+    # No rule for a bare payment request ("please pay 500 EUR to IBAN ... within 14 days"): invoices and people
+    # ask for money that way, and the corpus's hard negatives say so. One that fired on it (money_transfer,
+    # 0.45) caught 2 of 3,486 training-split injections nothing else caught, and made every false positive of
+    # the held-out split (19, invoice lines on to-do pages), so it went; an injection asking for money is left
+    # to the rules on its address to the reader and to the model stage.
     rule("shell_payload", 0.85, "curl|wget|rm |delete all files", (
         r"(?:curl|wget)\b[^|\n]{0,120}\|\s*(?:sudo\s+)?(?:ba|z|da)?sh\b|rm\s+-rf\s+(?:~|/|\$home)|delete all files\b"),
         "a command that downloads and runs code or wipes files"),
