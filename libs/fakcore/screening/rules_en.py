@@ -226,10 +226,8 @@ RULES: list[Rule] = [
         rf"|(?:send|make|schedule|create)\b[^.\n]{{0,30}}\b(?:transaction|payment|transfer)s?\b[^.\n]{{0,40}}\b(?:that includes?|including|containing|"
         rf"with)\b[^.\n]{{0,30}}\b(?:the user'?s?|their|his|her)\b"), "asks to move data or money out"),
     # No rule for a bare payment request ("please pay 500 EUR to IBAN ... within 14 days"): invoices and people
-    # ask for money that way, and the corpus's hard negatives say so. One that fired on it (money_transfer,
-    # 0.45) caught 2 of 3,486 training-split injections nothing else caught, and made every false positive of
-    # the held-out split (19, invoice lines on to-do pages), so it went; an injection asking for money is left
-    # to the rules on its address to the reader and to the model stage.
+    # ask for money that way. An injection asking for money is caught by how it addresses the reader (the
+    # rules above) and by the model stage.
     rule("shell_payload", 0.85, "curl|wget|rm |delete all files", (
         r"(?:curl|wget)\b[^|\n]{0,120}\|\s*(?:sudo\s+)?(?:ba|z|da)?sh\b|rm\s+-rf\s+(?:~|/|\$home)|delete all files\b"),
         "a command that downloads and runs code or wipes files"),
