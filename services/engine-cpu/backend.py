@@ -19,7 +19,7 @@ Every kernel of both paths is batch-invariant, so `batch_invariant = True`: exac
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,7 @@ class QMatrix:
     qtype: str
     layout: str
     columns: np.ndarray | None = None  # (cols,) input order of the stored columns; None: in order
+    plan: tuple | None = field(default=None, repr=False, compare=False)  # NumbaBackend._kernel8's, once looked up
 
     @property
     def nibbles(self) -> bool:
@@ -285,15 +286,33 @@ class NumbaBackend:
         x = table[ids]
         return x * np.float32(scale) if scale != 1.0 else x.copy()
 
+    def _kernel8(self, w: QMatrix) -> tuple:
+        """The int8 kernel of `w` and the offsets it reads, looked up once per matrix: a decode step makes
+        ~120 linear calls of a few µs each, where this lookup (layout name, dtype test, offsets copied
+        contiguous) cost ~2 µs a call."""
+        plan = w.plan
+        if plan is None or plan[0] is not self._linear8:  # first use, or by a backend on another path
+            layout = "nib" if w.nibbles else f"{w.layout}_{w.sub}"
+            m = _NO_OFFSETS if w.layout == "i8" else _offsets(w)  # "i8" kernels read none; the others every one
+            plan = w.plan = (self._linear8, self._linear8[layout, w.scale.dtype == np.uint16], m)
+        return plan
+
     def linear(self, x: np.ndarray, w, bias: np.ndarray | None = None) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.dtype != np.float32 or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        if type(w) is QMatrix and w.columns is None and self.activations == "int8":  # the decode hot path
+            _, kernel, m = self._kernel8(w)
+            out = np.empty((x.shape[0], w.q.shape[0]), np.float32)
+            kernel(w.q, w.scale, m, x, out)
+            if bias is not None:
+                out += bias
+            return out
         if isinstance(w, QMatrix) and w.columns is not None:  # act-order: the inputs in the stored order
             x = np.ascontiguousarray(x[:, w.columns])
         if isinstance(w, QMatrix) and self.activations == "int8":
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
-            layout = "nib" if w.nibbles else f"{w.layout}_{w.sub}"
-            m = _NO_OFFSETS if w.layout == "i8" else _offsets(w)  # "i8" kernels read none; the others every one
-            self._linear8[layout, w.scale.dtype == np.uint16](w.q, w.scale, m, x, out)
+            _, kernel, m = self._kernel8(w)
+            kernel(w.q, w.scale, m, x, out)
         elif isinstance(w, QMatrix):
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
             if w.offset is None:
@@ -308,6 +327,10 @@ class NumbaBackend:
         return out
 
     def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+        if x.ndim == 2 and x.dtype == np.float32 and x.flags.c_contiguous:  # the residual stream, as it is
+            out = np.empty_like(x)
+            self.k.rmsnorm(x, w, np.float32(eps), out)
+            return out
         shape = x.shape
         x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, shape[-1])
         out = np.empty_like(x2)
@@ -327,9 +350,14 @@ class NumbaBackend:
         return RopeTable(head_dim, theta, scaling)
 
     def rope(self, x: np.ndarray, positions: np.ndarray, table: RopeTable) -> np.ndarray:
-        cos, sin = table.upto(int(positions.max()) + 1)
+        # a decode step's few positions: max() of a list, not ndarray.max() (~3 µs, twice a layer)
+        cos, sin = table.upto((max(positions.tolist()) if len(positions) <= 64 else int(positions.max())) + 1)
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        if positions.dtype != np.int64 or not positions.flags.c_contiguous:
+            positions = np.ascontiguousarray(positions, dtype=np.int64)
         out = np.empty_like(x)
-        self.k.rope(np.ascontiguousarray(x), np.ascontiguousarray(positions, dtype=np.int64), cos, sin, out)
+        self.k.rope(x, positions, cos, sin, out)
         return out
 
     def attention(self, q, k_pre, k, v, segments: list[Segment], layer: int, window: int, scale: float,
