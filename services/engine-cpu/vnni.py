@@ -62,30 +62,31 @@ _V2I16, _V2F32 = ir.VectorType(_I16, 2), ir.VectorType(_F32, 2)
 
 class _Vnni:
     """u . x in one `vpdpbusd` (unsigned bytes u x signed bytes x, four products summed per 32-bit lane).
-    Signed weights w ("i8"): vpdpbusd(|w|, x carrying w's sign), exactly w . x (as _Avx2 does, unsaturated)."""
+    Signed weights w ("i8"): u = w xor 0x80 = w + 128 is unsigned, and u . x = w . x + 128 * sum(x); the
+    accumulator vpdpbusd adds into starts at -128 * sum(x) (a token's own lanes, once per block, shared by
+    every row), so the lanes come out as exactly w . x with one instruction per row and token and one `vpxor`
+    per row (the sign trick _Avx2 needs costs a `vpsignb` per row and token and a `vpabsb` per row)."""
 
     def __init__(self, builder: ir.IRBuilder, kind: str):
         self.builder, self.kind = builder, kind
         self.vpdpbusd = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.256",
                                                          fnty=ir.FunctionType(_V8I32, [_V8I32, _V8I32, _V8I32]))
-        if kind == "i8":
-            self.sign = builder.module.declare_intrinsic("llvm.x86.avx2.psign.b", fnty=ir.FunctionType(_V32I8, [_V32I8, _V32I8]))
-            self.abs = builder.module.declare_intrinsic("llvm.abs.v32i8", fnty=ir.FunctionType(_V32I8, [_V32I8, _I1]))
 
     def token(self, x: ir.Value):  # x: one token's 32 int8 activations (v32i8)
-        return x if self.kind == "i8" else self.builder.bitcast(x, _V8I32)
+        x = self.builder.bitcast(x, _V8I32)
+        if self.kind != "i8":
+            return x, ir.Constant(_V8I32, None)
+        shift = self.builder.call(self.vpdpbusd, [ir.Constant(_V8I32, None), ir.Constant(_V8I32, [-0x7F7F7F80] * 8), x])
+        return x, self.builder.sub(ir.Constant(_V8I32, None), shift)  # -128 * sum(x) per lane
 
     def row(self, u: ir.Value):  # u: one row's 32 weight bytes (v32i8; unsigned, or signed for "i8")
         if self.kind == "i8":
-            return self.builder.bitcast(self.builder.call(self.abs, [u, ir.Constant(_I1, 0)]), _V8I32), u
+            u = self.builder.xor(u, ir.Constant(_V32I8, [-128] * 32))
         return self.builder.bitcast(u, _V8I32)
 
     def dot(self, row, token) -> ir.Value:  # -> v8i32, lane i = sum of products of bytes 4i..4i+3
-        if self.kind == "i8":
-            (a, w), x = row, token
-            return self.builder.call(self.vpdpbusd, [ir.Constant(_V8I32, None), a,
-                                                     self.builder.bitcast(self.builder.call(self.sign, [x, w]), _V8I32)])
-        return self.builder.call(self.vpdpbusd, [ir.Constant(_V8I32, None), row, token])
+        x, start = token
+        return self.builder.call(self.vpdpbusd, [start, row, x])
 
 
 class _Avx2:
