@@ -14,12 +14,12 @@ float work is a fixed sequence per (row, token) - so the path is batch-invariant
 bit-equal to it (activations are rounded to 8 bits).
 
 Two instruction sets compute those lanes (ISAS; the backend picks the best one the CPU has):
-- "avx512-vnni": one `vpdpbusd` per 32 elements (unsigned x signed bytes, four products per lane);
+- "avx512-vnni": one 512-bit `vpdpbusd` per two blocks (unsigned x signed bytes, four products per lane);
 - "avx2": `vpmaddubsw` (pairs of unsigned x signed byte products -> 16 bits, saturating) then `vpmaddwd`
   by ones (pairs of those -> 32 bits), arranged so that nothing saturates (see _Avx2). It also serves
   AVX-512 CPUs without VNNI.
-The lanes are exact integers either way, and everything after them is the same IR, so the two paths give
-the same bits. numba cannot spell these instructions, so the inner loop is LLVM IR emitted through
+The lanes are exact integers either way, and everything after them is the same IR (16 float lanes, two
+blocks a step: half the instructions a block-at-a-time loop issues), so the two paths give the same bits. numba cannot spell these instructions, so the inner loop is LLVM IR emitted through
 `numba.extending.intrinsic`. (Both live in this one file on purpose: numba's on-disk cache revalidates a
 kernel against the file that defines it, so the IR it inlines must not change in another file.)
 """
@@ -57,11 +57,12 @@ def best_isa() -> str | None:
 _I1, _I8, _I16, _I32, _I64, _F32 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType()
 _V16I8, _V32I8, _V16I16, _V8I32, _V8F32 = (ir.VectorType(_I8, 16), ir.VectorType(_I8, 32), ir.VectorType(_I16, 16),
                                            ir.VectorType(_I32, 8), ir.VectorType(_F32, 8))
-_V2I16, _V2F32 = ir.VectorType(_I16, 2), ir.VectorType(_F32, 2)
+_V64I8, _V16I32, _V16F32 = ir.VectorType(_I8, 64), ir.VectorType(_I32, 16), ir.VectorType(_F32, 16)
 
 
 class _Vnni:
-    """u . x in one `vpdpbusd` (unsigned bytes u x signed bytes x, four products summed per 32-bit lane).
+    """Two blocks' u . x in one 512-bit `vpdpbusd` (unsigned bytes u x signed bytes x, four products summed
+    per 32-bit lane: lanes 0-7 the first block's, 8-15 the second's).
     Signed weights w ("i8"): u = w xor 0x80 = w + 128 is unsigned, and u . x = w . x + 128 * sum(x); the
     accumulator vpdpbusd adds into starts at -128 * sum(x) (a token's own lanes, once per block, shared by
     every row), so the lanes come out as exactly w . x with one instruction per row and token and one `vpxor`
@@ -69,28 +70,28 @@ class _Vnni:
 
     def __init__(self, builder: ir.IRBuilder, kind: str):
         self.builder, self.kind = builder, kind
-        self.vpdpbusd = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.256",
-                                                         fnty=ir.FunctionType(_V8I32, [_V8I32, _V8I32, _V8I32]))
+        self.vpdpbusd = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.512",
+                                                         fnty=ir.FunctionType(_V16I32, [_V16I32, _V16I32, _V16I32]))
 
-    def token(self, x: ir.Value):  # x: one token's 32 int8 activations (v32i8)
-        x = self.builder.bitcast(x, _V8I32)
+    def token(self, x: ir.Value):  # x: one token's 64 int8 activations, two blocks (v64i8)
+        x = self.builder.bitcast(x, _V16I32)
         if self.kind != "i8":
-            return x, ir.Constant(_V8I32, None)
-        shift = self.builder.call(self.vpdpbusd, [ir.Constant(_V8I32, None), ir.Constant(_V8I32, [-0x7F7F7F80] * 8), x])
-        return x, self.builder.sub(ir.Constant(_V8I32, None), shift)  # -128 * sum(x) per lane
+            return x, ir.Constant(_V16I32, None)
+        shift = self.builder.call(self.vpdpbusd, [ir.Constant(_V16I32, None), ir.Constant(_V16I32, [-0x7F7F7F80] * 16), x])
+        return x, self.builder.sub(ir.Constant(_V16I32, None), shift)  # -128 * sum(x) per lane
 
-    def row(self, u: ir.Value):  # u: one row's 32 weight bytes (v32i8; unsigned, or signed for "i8")
+    def row(self, u: ir.Value):  # u: one row's 64 weight bytes, two blocks (v64i8; unsigned, or signed for "i8")
         if self.kind == "i8":
-            u = self.builder.xor(u, ir.Constant(_V32I8, [-128] * 32))
-        return self.builder.bitcast(u, _V8I32)
+            u = self.builder.xor(u, ir.Constant(_V64I8, [-128] * 64))
+        return self.builder.bitcast(u, _V16I32)
 
-    def dot(self, row, token) -> ir.Value:  # -> v8i32, lane i = sum of products of bytes 4i..4i+3
+    def dot(self, row, token) -> ir.Value:  # -> v16i32, lane i = sum of products of bytes 4i..4i+3
         x, start = token
         return self.builder.call(self.vpdpbusd, [start, row, x])
 
 
 class _Avx2:
-    """u . x with AVX2, in two steps that land on the lanes of `vpdpbusd`:
+    """u . x with AVX2, a 32-byte block at a time, in two steps that land on the lanes of `vpdpbusd`:
 
         32 bytes u, x  --vpmaddubsw-->  16 x s16, lane j = u[2j] x[2j] + u[2j+1] x[2j+1]   (saturating)
                        --vpmaddwd by ones-->  8 x s32, lane i = s16 lanes 2i + 2i+1 = bytes 4i..4i+3
@@ -105,7 +106,8 @@ class _Avx2:
     "u8" (u in 0..255): u * x pairs can reach 2 * 255 * 127 = 64770 and would saturate. So take w = u - 128
         (u xor 0x80) through the "i8" steps, then u . x = w . x + 128 * sum(x), the last term a token's
         own lanes (once per block, shared by every row) added in 32 bits.
-    Every step is exact, so the lanes equal vpdpbusd's bit for bit."""
+    Every step is exact, so the lanes equal vpdpbusd's bit for bit. Two blocks (64 bytes) come in and 16
+    lanes go out, as _Vnni's."""
 
     def __init__(self, builder: ir.IRBuilder, kind: str):
         self.builder, self.kind = builder, kind
@@ -118,49 +120,70 @@ class _Avx2:
     def _pairs_of_pairs(self, u: ir.Value, x: ir.Value) -> ir.Value:
         return self.builder.call(self.maddwd, [self.builder.call(self.maddubs, [u, x]), ir.Constant(_V16I16, [1] * 16)])
 
+    def _halves(self, v: ir.Value) -> list:
+        return [self.builder.shuffle_vector(v, v, _indices(range(h * 32, h * 32 + 32))) for h in range(2)]
+
     def token(self, x: ir.Value):
-        if self.kind != "u8":
-            return x, None
-        return x, self.builder.call(self.maddwd, [self.builder.call(self.maddubs, [ir.Constant(_V32I8, [1] * 32), x]),
-                                                  ir.Constant(_V16I16, [128] * 16)])  # 128 * sum(x) per lane
+        out = []
+        for half in self._halves(x):
+            shift = None if self.kind != "u8" else self.builder.call(
+                self.maddwd, [self.builder.call(self.maddubs, [ir.Constant(_V32I8, [1] * 32), half]),
+                              ir.Constant(_V16I16, [128] * 16)])  # 128 * sum(x) per lane
+            out.append((half, shift))
+        return out
 
     def row(self, u: ir.Value):
-        if self.kind == "nib":
-            return u, None
-        w = self.builder.xor(u, ir.Constant(_V32I8, [-128] * 32)) if self.kind == "u8" else u
-        return self.builder.call(self.abs, [w, ir.Constant(_I1, 0)]), w
+        out = []
+        for half in self._halves(u):
+            if self.kind == "nib":
+                out.append((half, None))
+                continue
+            w = self.builder.xor(half, ir.Constant(_V32I8, [-128] * 32)) if self.kind == "u8" else half
+            out.append((self.builder.call(self.abs, [w, ir.Constant(_I1, 0)]), w))
+        return out
 
     def dot(self, row, token) -> ir.Value:
-        (u, w), (x, shift) = row, token
-        if self.kind == "nib":
-            return self._pairs_of_pairs(u, x)
-        signed = self._pairs_of_pairs(u, self.builder.call(self.sign, [x, w]))
-        return signed if shift is None else self.builder.add(signed, shift)
+        lanes = []
+        for (u, w), (x, shift) in zip(row, token, strict=True):
+            if self.kind == "nib":
+                lanes.append(self._pairs_of_pairs(u, x))
+                continue
+            signed = self._pairs_of_pairs(u, self.builder.call(self.sign, [x, w]))
+            lanes.append(signed if shift is None else self.builder.add(signed, shift))
+        return self.builder.shuffle_vector(lanes[0], lanes[1], _indices(range(16)))
 
 
 EMITTERS = {"avx512-vnni": _Vnni, "avx2": _Avx2}
 
 
+def _indices(values) -> ir.Constant:
+    values = list(values)
+    return ir.Constant(ir.VectorType(_I32, len(values)), values)
+
+
 def lane_kernel(isa: str, kind: str):
-    """A jitted lanes(u (N, 32) weight bytes, x (N, 32) int8, out (N, 8) int32): each block's integer lanes
-    as `isa` computes them inside the matmul kernels for weights of `kind` ("nib": values 0..15, "u8":
-    unsigned bytes, "i8": signed bytes; unpacked), so tests can hold them to their definition."""
+    """A jitted lanes(u (N, 32) weight bytes, x (N, 32) int8, out (N, 8) int32), N even: each block's integer
+    lanes as `isa` computes them inside the matmul kernels for weights of `kind` ("nib": values 0..15, "u8":
+    unsigned bytes, "i8": signed bytes; unpacked), two blocks at a time as there, so tests can hold them to
+    their definition."""
 
     def codegen(context, builder, signature, args):
         u, x, out = (context.make_array(t)(context, builder, a) for t, a in zip(signature.args, args, strict=True))
         emit = EMITTERS[isa](builder, kind)
-        load = lambda arr: builder.load(builder.bitcast(arr.data, _V32I8.as_pointer()), align=1)  # noqa: E731
-        builder.store(emit.dot(emit.row(load(u)), emit.token(load(x))), builder.bitcast(out.data, _V8I32.as_pointer()), align=1)
+        load = lambda arr: builder.load(builder.bitcast(arr.data, _V64I8.as_pointer()), align=1)  # noqa: E731
+        builder.store(emit.dot(emit.row(load(u)), emit.token(load(x))), builder.bitcast(out.data, _V16I32.as_pointer()), align=1)
         return context.get_dummy_value()
 
     @intrinsic
-    def block(typingctx, u, x, out):
+    def pair(typingctx, u, x, out):
         return types.none(u, x, out), codegen
 
     @njit
     def lanes(u, x, out):
-        for i in range(u.shape[0]):
-            block(u[i], x[i], out[i])
+        if u.shape[0] % 2:
+            raise ValueError("lanes: an even number of blocks")
+        for i in range(0, u.shape[0], 2):
+            pair(u[i:i + 2], x[i:i + 2], out[i:i + 2])
 
     return lanes
 
@@ -169,15 +192,20 @@ def lane_kernel(isa: str, kind: str):
 # one tile of rows x tokens (LLVM IR)
 # ---------------------------------------------------------------------------------------------------------
 
-def _splat(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
-    v = builder.insert_element(ir.Constant(_V8F32, None), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, 8), [0] * 8))
+def _spread(builder: ir.IRBuilder, values: list, width: int = 16) -> ir.Value:
+    """A v`width`f32 holding values[0] in its first width/len(values) lanes, values[1] in the next, ..."""
+    vec = ir.Constant(ir.VectorType(_F32, len(values)), None)
+    for i, value in enumerate(values):
+        vec = builder.insert_element(vec, value, ir.Constant(_I32, i))
+    return builder.shuffle_vector(vec, vec, _indices(i * len(values) // width for i in range(width)))
 
 
 def _hsum(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    """Sum of 8 lanes in a fixed order: (0+4, 1+5, 2+6, 3+7), then pairs, then the last two."""
-    idx = lambda *i: ir.Constant(ir.VectorType(_I32, len(i)), list(i))  # noqa: E731
-    v4 = builder.fadd(builder.shuffle_vector(v, v, idx(0, 1, 2, 3)), builder.shuffle_vector(v, v, idx(4, 5, 6, 7)))
+    """Sum of 16 lanes in a fixed order: lane i + lane i + 8 (the even blocks' partial sums with the odd
+    ones'), then (0+4, 1+5, 2+6, 3+7), then pairs, then the last two."""
+    idx = lambda *i: _indices(i)  # noqa: E731
+    v8 = builder.fadd(builder.shuffle_vector(v, v, _indices(range(8))), builder.shuffle_vector(v, v, _indices(range(8, 16))))
+    v4 = builder.fadd(builder.shuffle_vector(v8, v8, idx(0, 1, 2, 3)), builder.shuffle_vector(v8, v8, idx(4, 5, 6, 7)))
     v2 = builder.fadd(builder.shuffle_vector(v4, v4, idx(0, 1)), builder.shuffle_vector(v4, v4, idx(2, 3)))
     return builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)), builder.extract_element(v2, ir.Constant(_I32, 1)))
 
@@ -188,8 +216,10 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
         out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb),   scale_rt(b) = d_rb * dx_tb
 
     Arguments: w (R, bytes per row) uint8, r0, xq (T, K) int8, t0, d (R, subs), xd (T, K/32), out (T, R);
-    the offsets' share (sum_s m_rs * X_ts) is added by the caller. Each (row, token) pair is its own accumulation chain;
-    chains are interleaved only to share loads (a row's unpacked bytes serve every token) and to hide
+    the offsets' share (sum_s m_rs * X_ts) is added by the caller. Each (row, token) pair is its own
+    accumulation chain, 16 float lanes wide: blocks are taken two at a time (lanes 0-7 the even block's
+    8 partial sums, 8-15 the odd one's; an odd count's last block pairs with zeros), summed at the end by
+    _hsum. Chains are interleaved only to share loads (a row's unpacked bytes serve every token) and to hide
     latency. A chain's operations and their order do not depend on `group` or `tokens`, so any grouping
     gives the same bits: the kernels built on this are batch-invariant.
 
@@ -207,12 +237,14 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
         module = builder.module
         emit = EMITTERS[isa](builder, kind)
         nibbles = kind == "nib"
-        fma = module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F32, [_V8F32, _V8F32, _V8F32]))
+        fma = module.declare_intrinsic("llvm.fma.v16f32", fnty=ir.FunctionType(_V16F32, [_V16F32, _V16F32, _V16F32]))
         i8p = _I8.as_pointer()
         prefetch = module.declare_intrinsic("llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]))
-        hp = ir.IntType(16).as_pointer() if half else _F32.as_pointer()
-        one, two = ir.Constant(_I64, 1), ir.Constant(_I64, 2)
+        scale_ty = ir.IntType(16) if half else _F32
+        one, zero = ir.Constant(_I64, 1), ir.Constant(_I64, 0)
         const = lambda v: ir.Constant(_I64, v)  # noqa: E731
+        block_bytes = 16 if nibbles else 32
+        per_block = 2 if sub16 else 1  # scales per block
 
         def rows_of(arr, first, count, ty):
             stride = builder.extract_value(arr.strides, 0)
@@ -220,82 +252,106 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
             return [builder.bitcast(builder.gep(base, [builder.mul(builder.add(first, const(i)), stride)]), ty)
                     for i in range(count)], stride
 
-        def scalar(ptr):  # one weight scale or offset as float
-            value = builder.load(ptr)
-            return builder.fpext(builder.bitcast(value, ir.HalfType()), _F32) if half else value
+        def load(ptr, ty, n, count, align):  # `count` consecutive `ty` values from ptr + n (in ty units), a vector
+            return builder.load(builder.bitcast(builder.gep(ptr, [n]), ir.VectorType(ty, count).as_pointer()), align=align)
+
+        def padded(vec, width):  # vec (n lanes) -> width lanes, the rest zero
+            n = vec.type.count
+            return builder.shuffle_vector(vec, ir.Constant(vec.type, None), _indices(list(range(n)) + [n] * (width - n)))
+
+        def floats(ptr, n, count, tail, f16):  # `count` scales (a pair's) from ptr + n as f32s; a tail's half, then zeros
+            got = count // 2 if tail else count
+            vec = load(ptr, ir.IntType(16) if f16 else _F32, n, got, 2 if f16 else 4)
+            if f16:
+                vec = builder.fpext(builder.bitcast(vec, ir.VectorType(ir.HalfType(), got)), ir.VectorType(_F32, got))
+            if tail:
+                vec = padded(vec, count)
+            return [builder.extract_element(vec, ir.Constant(_I32, i)) for i in range(count)]
 
         wrows, w_stride = rows_of(w, r0, group, i8p)
-        drows, d_stride = rows_of(d, r0, group, hp)
+        drows, d_stride = rows_of(d, r0, group, scale_ty.as_pointer())
         xrows, _ = rows_of(xq, t0, tokens, i8p)
         xdrows, _ = rows_of(xd, t0, tokens, _F32.as_pointer())
         orows, _ = rows_of(out, t0, tokens, _F32.as_pointer())
         chains = [(g, k) for g in range(group) for k in range(tokens)]
 
+        def step(b, accs, tail):
+            """The pair of blocks b, b + 1 (tail: block b alone, with zeros) into every chain's accumulator."""
+            # prefetch this block of the rows PREFETCH_GROUPS groups further down (and their scales)
+            ahead = builder.add(builder.mul(b, const(block_bytes)), builder.mul(w_stride, const(PREFETCH_GROUPS * group)))
+            for g in range(group):
+                builder.call(prefetch, [builder.gep(wrows[g], [ahead]), ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+            far = builder.gep(builder.bitcast(drows[0], i8p), [builder.mul(d_stride, const(PREFETCH_GROUPS * group))])
+            builder.call(prefetch, [far, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+            n = 32 if tail else 64
+            xs, dxs = [], []
+            for k in range(tokens):  # the tokens' side of this pair
+                x = load(xrows[k], _I8, builder.mul(b, const(32)), n, 1)
+                xs.append(emit.token(padded(x, 64) if tail else x))
+                dxs.append(_spread(builder, floats(xdrows[k], b, 2, tail, False)))
+            new = {}
+            for g in range(group):
+                if nibbles:
+                    packed = load(wrows[g], _I8, builder.mul(b, const(16)), n // 2, 1)
+                    packed = padded(packed, 32) if tail else packed
+                    mask = ir.Constant(_V32I8, [15] * 32)
+                    lo = builder.and_(packed, mask)
+                    hi = builder.and_(builder.lshr(packed, ir.Constant(_V32I8, [4] * 32)), mask)
+                    # block b: low nibbles of its 16 bytes, then high; block b + 1 the same from the next 16
+                    u = builder.shuffle_vector(lo, hi, _indices([*range(16), *range(32, 48), *range(16, 32), *range(48, 64)]))
+                else:
+                    u = load(wrows[g], _I8, builder.mul(b, const(32)), n, 1)
+                    u = padded(u, 64) if tail else u
+                u = emit.row(u)
+                # the row's scales in every lane (sub16: a block's first in its lanes 0-3, second in 4-7), built
+                # once per row and pair; a chain's scale d * dx is then one vector multiply
+                dg = _spread(builder, floats(drows[g], builder.mul(b, const(per_block)), 2 * per_block, tail, half))
+                for k in range(tokens):
+                    isum = emit.dot(u, xs[k])
+                    new[g, k] = builder.call(fma, [builder.sitofp(isum, _V16F32), builder.fmul(dg, dxs[k]), accs[g, k]])
+            return new
+
+        pairs = builder.ashr(blocks, one)
         entry = builder.block
         loop = builder.append_basic_block("vnni.loop")
+        after = builder.append_basic_block("vnni.after")
+        tail = builder.append_basic_block("vnni.tail")
         done = builder.append_basic_block("vnni.done")
-        builder.cbranch(builder.icmp_signed(">", blocks, const(0)), loop, done)
+        builder.cbranch(builder.icmp_signed(">", pairs, zero), loop, after)
 
         builder.position_at_end(loop)
-        b = builder.phi(_I64)
-        b.add_incoming(const(0), entry)
+        p = builder.phi(_I64)
+        p.add_incoming(zero, entry)
         accs = {}
         for c in chains:
-            accs[c] = builder.phi(_V8F32)
-            accs[c].add_incoming(ir.Constant(_V8F32, None), entry)
-        two_b = builder.mul(b, two)
-        # prefetch this block of the rows PREFETCH_GROUPS groups further down (and their scales)
-        ahead = builder.add(builder.mul(b, const(16 if nibbles else 32)), builder.mul(w_stride, const(PREFETCH_GROUPS * group)))
-        for g in range(group):
-            builder.call(prefetch, [builder.gep(wrows[g], [ahead]), ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
-        far = builder.gep(builder.bitcast(drows[0], i8p), [builder.mul(d_stride, const(PREFETCH_GROUPS * group))])
-        builder.call(prefetch, [far, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
-        # the tokens' side of this block
-        xs, dxs = [], []
-        for k in range(tokens):
-            x = builder.load(builder.bitcast(builder.gep(xrows[k], [builder.mul(b, const(32))]), _V32I8.as_pointer()), align=1)
-            xs.append(emit.token(x))
-            dxs.append(_splat(builder, builder.load(builder.gep(xdrows[k], [b]))))
-        new_accs = {}
-        for g in range(group):
-            if nibbles:
-                packed = builder.load(builder.bitcast(builder.gep(wrows[g], [builder.mul(b, const(16))]), _V16I8.as_pointer()),
-                                      align=1)
-                mask = ir.Constant(_V16I8, [15] * 16)
-                lo = builder.and_(packed, mask)
-                hi = builder.and_(builder.lshr(packed, ir.Constant(_V16I8, [4] * 16)), mask)
-                u = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
-            else:
-                u = builder.load(builder.bitcast(builder.gep(wrows[g], [builder.mul(b, const(32))]), _V32I8.as_pointer()),
-                                 align=1)
-            u = emit.row(u)
-            # the row's scale in every lane (sub16: the first sub-block's in lanes 0-3, the second's in 4-7),
-            # built once per row and block; a chain's scale d * dx is then one vector multiply
-            if sub16:
-                pair = builder.load(builder.bitcast(builder.gep(drows[g], [two_b]), (_V2I16 if half else _V2F32).as_pointer()),
-                                    align=2 if half else 4)
-                if half:
-                    pair = builder.fpext(builder.bitcast(pair, ir.VectorType(ir.HalfType(), 2)), _V2F32)
-                dg = builder.shuffle_vector(pair, pair, ir.Constant(ir.VectorType(_I32, 8), [0, 0, 0, 0, 1, 1, 1, 1]))
-            else:
-                dg = _splat(builder, scalar(builder.gep(drows[g], [b])))
-            for k in range(tokens):
-                c = (g, k)
-                isum = emit.dot(u, xs[k])
-                new_accs[c] = builder.call(fma, [builder.sitofp(isum, _V8F32), builder.fmul(dg, dxs[k]), accs[c]])
-        b2 = builder.add(b, one)
-        b.add_incoming(b2, builder.block)
+            accs[c] = builder.phi(_V16F32)
+            accs[c].add_incoming(ir.Constant(_V16F32, None), entry)
+        looped = step(builder.add(p, p), accs, tail=False)
+        p2 = builder.add(p, one)
+        p.add_incoming(p2, builder.block)
         for c in chains:
-            accs[c].add_incoming(new_accs[c], builder.block)
-        builder.cbranch(builder.icmp_signed("<", b2, blocks), loop, done)
+            accs[c].add_incoming(looped[c], builder.block)
+        builder.cbranch(builder.icmp_signed("<", p2, pairs), loop, after)
+
+        def merge(sources):  # every phi first: LLVM wants them at the top of the block
+            merged = {}
+            for c in chains:
+                merged[c] = builder.phi(_V16F32)
+                for values, block in sources:
+                    merged[c].add_incoming(values[c] if isinstance(values, dict) else values, block)
+            return merged
+
+        builder.position_at_end(after)
+        summed = merge([(ir.Constant(_V16F32, None), entry), (looped, loop)])
+        builder.cbranch(builder.trunc(builder.and_(blocks, one), _I1), tail, done)
+
+        builder.position_at_end(tail)
+        tailed = step(builder.sub(blocks, one), summed, tail=True)
+        tail_end = builder.block
+        builder.branch(done)
 
         builder.position_at_end(done)
-        finals = {}
-        for c in chains:  # every phi first: LLVM wants them at the top of the block
-            acc = builder.phi(_V8F32)
-            acc.add_incoming(ir.Constant(_V8F32, None), entry)
-            acc.add_incoming(new_accs[c], loop)
-            finals[c] = acc
+        finals = merge([(summed, after), (tailed, tail_end)])
         for (g, k), acc in finals.items():
             builder.store(_hsum(builder, acc), builder.gep(orows[k], [builder.add(r0, const(g))]))
         return context.get_dummy_value()
@@ -317,7 +373,7 @@ def _make_rows(isa: str, kind: str, sub16: bool, group: int, tokens: int, half: 
 PREFETCH_GROUPS = 2  # software prefetch distance, in groups of rows
 # (rows, tokens) per call when there are several tokens: independent accumulation chains keep the FMA
 # pipeline busy, and a row's unpacked bytes serve every token. AVX2 has 16 vector registers, not 32.
-TILES = {"avx512-vnni": (4, 4), "avx2": (4, 2)}
+TILES = {"avx512-vnni": (4, 4), "avx2": (2, 2)}
 # One kind per (layout, scales stored as half); each has intrinsics for a full tile, rows x 1 token, 1 x 1.
 KINDS = [(layout, half) for layout in ("nib", "u8_32", "u8_16", "i8_32", "i8_16") for half in (False, True)]
 
