@@ -200,6 +200,17 @@ def _spread(builder: ir.IRBuilder, values: list, width: int = 16) -> ir.Value:
     return builder.shuffle_vector(vec, vec, _indices(i * len(values) // width for i in range(width)))
 
 
+def _place(builder: ir.IRBuilder, values: list, width: int = 16) -> ir.Value:
+    """A v`width`f32 holding values[i] in lane i * width / len(values) and zeros in every other lane."""
+    n = len(values)
+    vec = ir.Constant(ir.VectorType(_F32, n), None)
+    for i, value in enumerate(values):
+        vec = builder.insert_element(vec, value, ir.Constant(_I32, i))
+    stride = width // n
+    return builder.shuffle_vector(vec, ir.Constant(vec.type, None), _indices(lane // stride if lane % stride == 0 else n
+                                                                             for lane in range(width)))
+
+
 def _hsum(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
     """Sum of 16 lanes in a fixed order: lane i + lane i + 8 (the even blocks' partial sums with the odd
     ones'), then (0+4, 1+5, 2+6, 3+7), then pairs, then the last two."""
@@ -213,11 +224,14 @@ def _hsum(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
 def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, half: bool):
     """IR writing out[t0 + k, r0 + g] (g < group, k < tokens) for consecutive weight rows and tokens:
 
-        out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb),   scale_rt(b) = d_rb * dx_tb
+        out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb)  +  sum_s m_rs * X_ts,   scale_rt(b) = d_rb * dx_tb
 
-    Arguments: w (R, bytes per row) uint8, r0, xq (T, K) int8, t0, d (R, subs), xd (T, K/32), out (T, R);
-    the offsets' share (sum_s m_rs * X_ts) is added by the caller. Each (row, token) pair is its own
-    accumulation chain, 16 float lanes wide: blocks are taken two at a time (lanes 0-7 the even block's
+    Arguments: w (R, bytes per row) uint8, r0, xq (T, K) int8, t0, d (R, subs), xd (T, K/32), m (R, subs)
+    float32 offsets and X (T, subs) = dx * sum(xq) per sub-block (both unread for "i8", a type without
+    offsets), out (T, R). The offsets' share goes into the same chain as the rest, one FMA per pair of blocks
+    with the sub-blocks' m and X in the lanes their first element's partial sum sits in (zeros elsewhere):
+    a separate short dot per output element cost more than the blocks' integer work on small matrices.
+    Each (row, token) pair is its own accumulation chain, 16 float lanes wide: blocks are taken two at a time (lanes 0-7 the even block's
     8 partial sums, 8-15 the odd one's; an odd count's last block pairs with zeros), summed at the end by
     _hsum. Chains are interleaved only to share loads (a row's unpacked bytes serve every token) and to hide
     latency. A chain's operations and their order do not depend on `group` or `tokens`, so any grouping
@@ -232,7 +246,8 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
     def codegen(context, builder, signature, args):
         arrays = [context.make_array(t)(context, builder, a) if isinstance(t, types.Array) else a
                   for t, a in zip(signature.args, args, strict=True)]
-        w, r0, xq, t0, d, xd, out = arrays
+        w, r0, xq, t0, d, xd, m, X, out = arrays
+        offsets = kind != "i8"
         blocks = builder.extract_value(xd.shape, 1)
         module = builder.module
         emit = EMITTERS[isa](builder, kind)
@@ -273,6 +288,9 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
         xrows, _ = rows_of(xq, t0, tokens, i8p)
         xdrows, _ = rows_of(xd, t0, tokens, _F32.as_pointer())
         orows, _ = rows_of(out, t0, tokens, _F32.as_pointer())
+        if offsets:
+            mrows, _ = rows_of(m, r0, group, _F32.as_pointer())
+            Xrows, _ = rows_of(X, t0, tokens, _F32.as_pointer())
         chains = [(g, k) for g in range(group) for k in range(tokens)]
 
         def step(b, accs, tail):
@@ -284,11 +302,14 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
             far = builder.gep(builder.bitcast(drows[0], i8p), [builder.mul(d_stride, const(PREFETCH_GROUPS * group))])
             builder.call(prefetch, [far, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
             n = 32 if tail else 64
-            xs, dxs = [], []
+            xs, dxs, Xs = [], [], []
+            first_sub = builder.mul(b, const(per_block))
             for k in range(tokens):  # the tokens' side of this pair
                 x = load(xrows[k], _I8, builder.mul(b, const(32)), n, 1)
                 xs.append(emit.token(padded(x, 64) if tail else x))
                 dxs.append(_spread(builder, floats(xdrows[k], b, 2, tail, False)))
+                if offsets:
+                    Xs.append(_place(builder, floats(Xrows[k], first_sub, 2 * per_block, tail, False)))
             new = {}
             for g in range(group):
                 if nibbles:
@@ -305,10 +326,12 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
                 u = emit.row(u)
                 # the row's scales in every lane (sub16: a block's first in its lanes 0-3, second in 4-7), built
                 # once per row and pair; a chain's scale d * dx is then one vector multiply
-                dg = _spread(builder, floats(drows[g], builder.mul(b, const(per_block)), 2 * per_block, tail, half))
+                dg = _spread(builder, floats(drows[g], first_sub, 2 * per_block, tail, half))
+                mg = _place(builder, floats(mrows[g], first_sub, 2 * per_block, tail, False)) if offsets else None
                 for k in range(tokens):
                     isum = emit.dot(u, xs[k])
-                    new[g, k] = builder.call(fma, [builder.sitofp(isum, _V16F32), builder.fmul(dg, dxs[k]), accs[g, k]])
+                    acc = builder.call(fma, [builder.sitofp(isum, _V16F32), builder.fmul(dg, dxs[k]), accs[g, k]])
+                    new[g, k] = builder.call(fma, [mg, Xs[k], acc]) if offsets else acc
             return new
 
         pairs = builder.ashr(blocks, one)
@@ -361,8 +384,8 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
 
 def _make_rows(isa: str, kind: str, sub16: bool, group: int, tokens: int, half: bool):
     @intrinsic
-    def rows(typingctx, w, r0, xq, t0, d, xd, out):
-        return types.none(w, r0, xq, t0, d, xd, out), _rows_codegen(isa, kind, sub16, group, tokens, half)
+    def rows(typingctx, w, r0, xq, t0, d, xd, m, X, out):
+        return types.none(w, r0, xq, t0, d, xd, m, X, out), _rows_codegen(isa, kind, sub16, group, tokens, half)
 
     # The linear kernels hold these in their closures, and numba's cache key hashes a closure's pickle,
     # which holds an intrinsic's uuid: a random one (numba's default) would miss the cache in every process.
@@ -413,17 +436,6 @@ def quantize_activations(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np
         _quantize_token(x[t], xq[t], xd[t], xs16[t])
 
 
-@njit(fastmath=FAST, inline="always", cache=True)
-def _offset(m: np.ndarray, X: np.ndarray, r: int, t: int) -> np.float32:
-    """sum over sub-blocks s of m[r, s] * X[t, s]: the offsets' share of one output element."""
-    mr = m[r]
-    xt = X[t]
-    total = np.float32(0.0)
-    for s in range(mr.shape[0]):
-        total += mr[s] * xt[s]
-    return total
-
-
 def _make_linear(isa: str, layout: str, half: bool):
     group, tokens = TILES[isa]
     kind, sub16 = layout.split("_")[0], layout.endswith("_16")  # "nib", "u8_32" -> "u8", "i8_16" -> "i8"
@@ -433,7 +445,7 @@ def _make_linear(isa: str, layout: str, half: bool):
     def linear(u, d, m, x, out):
         """Weights u (R, subs, bytes) with scales d and float32 offsets m (R, subs) x activations x (T, K)
         f32, quantized here to int8 -> out (T, R): a tile of rows x tokens at a time through the
-        intrinsics, plus each element's offset share (a short dot over the sub-blocks; none for "i8").
+        intrinsics, the offsets' share included (none for "i8").
         Every output element comes from its own (row, token) computation (see _rows_codegen), whatever
         the grouping."""
         T, K = x.shape
@@ -460,17 +472,13 @@ def _make_linear(isa: str, layout: str, half: bool):
             if r0 + group <= R:
                 full = T - T % tokens
                 for t in range(0, full, tokens):
-                    tile(rows, r0, xq, t, d, xd, out)
+                    tile(rows, r0, xq, t, d, xd, m, X, out)
                 for t in range(full, T):
-                    rows_one(rows, r0, xq, t, d, xd, out)
+                    rows_one(rows, r0, xq, t, d, xd, m, X, out)
             else:
                 for r in range(r0, R):
                     for t in range(T):
-                        one_one(rows, r, xq, t, d, xd, out)
-            if offsets:
-                for r in range(r0, min(R, r0 + group)):
-                    for t in range(T):
-                        out[t, r] += _offset(m, X, r, t)
+                        one_one(rows, r, xq, t, d, xd, m, X, out)
 
     # numba's on-disk cache is indexed by a function's qualified name and line: each variant gets its own
     # name, so no variant can ever be served another's compiled code.
