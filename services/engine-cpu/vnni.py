@@ -289,7 +289,7 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
         xdrows, _ = rows_of(xd, t0, tokens, _F32.as_pointer())
         orows, _ = rows_of(out, t0, tokens, _F32.as_pointer())
         if offsets:
-            mrows, _ = rows_of(m, r0, group, _F32.as_pointer())
+            mrows, m_stride = rows_of(m, r0, group, _F32.as_pointer())
             Xrows, _ = rows_of(X, t0, tokens, _F32.as_pointer())
         chains = [(g, k) for g in range(group) for k in range(tokens)]
 
@@ -302,8 +302,11 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
             ahead = builder.add(builder.mul(b, const(block_bytes)), builder.mul(w_stride, const(PREFETCH_GROUPS * group)))
             for g in range(group):
                 builder.call(prefetch, [builder.gep(wrows[g], [ahead]), ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
-            far = builder.gep(builder.bitcast(drows[0], i8p), [builder.mul(d_stride, const(PREFETCH_GROUPS * group))])
-            builder.call(prefetch, [far, ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
+            # the group's scales (and offsets) are one stretch of memory: walk it as the blocks go
+            for base, stride, size in [(drows[0], d_stride, 2 if half else 4)] + ([(mrows[0], m_stride, 4)] if offsets else []):
+                far = builder.add(builder.mul(stride, const(PREFETCH_GROUPS * group)), builder.mul(b, const(per_block * size * group)))
+                builder.call(prefetch, [builder.gep(builder.bitcast(base, i8p), [far]), ir.Constant(_I32, 0), ir.Constant(_I32, 2),
+                                        ir.Constant(_I32, 1)])
             n = 32 if tail else 64
             xs, dxs, Xs = [], [], []
             first_sub = builder.mul(b, const(per_block))
