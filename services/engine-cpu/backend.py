@@ -106,7 +106,7 @@ def pack_nibbles(q: np.ndarray) -> np.ndarray:
 class NumbaKVCache(KVCache):
     """KVCache plus a transposed copy of the keys, (L, Hkv, D, S): the layout the attention kernel reads.
     Kept in step on every write and after every move of the keys (`keys_changed`); `k` stays the cache's
-    truth (digests). `addresses` names its arrays to the batched attention kernel (kernels.CACHE_FIELDS),
+    truth (digests). `addresses` names its arrays to the batched attention kernel (attention.py's CACHE_FIELDS),
     which writes the forward pass's new rows itself."""
 
     def _alloc(self, capacity: int) -> None:
@@ -156,7 +156,7 @@ class NumbaBackend:
     device = "cpu"
     batch_invariant = True
     rope_features = frozenset({"partial", "attention_factor"})  # fakcore/engine/backend.py; RopeTable, kernels.rope
-    attention_features = frozenset({"alibi", "sinks"})  # kernels._attend
+    attention_features = frozenset({"alibi", "sinks"})  # attention._attend
     recurrent_features = frozenset({"gated_deltanet"})  # activations are host arrays (fakcore/engine/deltanet.py)
     isa = ""  # the int8 path's instructions ("avx512-vnni" | "avx2"); empty for f32 activations
 
@@ -164,7 +164,7 @@ class NumbaBackend:
         """isa: force an int8 path (vnni.ISAS), for tests and benchmarks; empty: the best this CPU has."""
         import numba
 
-        from fak_engine_cpu import kernels
+        from fak_engine_cpu import attention, kernels
 
         if activations not in ACTIVATIONS:
             raise BackendError(f"numba backend: activations must be one of {', '.join(ACTIVATIONS)}, not {activations!r}")
@@ -194,6 +194,7 @@ class NumbaBackend:
             raise BackendError(f"numba backend: isa {isa!r} is for int8 activations, not {activations}")
         self.activations = activations
         self.k = kernels
+        self._attend = attention.attention
         if threads:
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
         self.threads = numba.get_num_threads()
@@ -371,7 +372,7 @@ class NumbaBackend:
             cache.reserve(cache.length + seg.rows.stop - seg.rows.start)
             lines.append((*cache.addresses, cache.length, seg.rows.start, seg.rows.stop))
         out = np.empty_like(q)
-        self.k.attention(q, k_pre, k, v, np.array(lines, np.int64), layer, int(window), np.float32(scale),
+        self._attend(q, k_pre, k, v, np.array(lines, np.int64), layer, int(window), np.float32(scale),
                          np.float32(softcap), _NO_ALIBI if alibi is None else np.ascontiguousarray(alibi, np.float32),
                          _NO_ALIBI if sinks is None else np.ascontiguousarray(sinks, np.float32), out)
         return out
