@@ -379,7 +379,10 @@ class NumbaBackend:
 
     def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
         out = np.empty_like(gate)
-        (self.k.gated_silu if act == "silu" else self.k.gated_gelu_tanh)(gate, up, out)
+        if gate.shape[0] >= self.k.PARALLEL_ROWS:
+            (self.k.gated_silu_rows if act == "silu" else self.k.gated_gelu_tanh_rows)(gate, up, out)
+        else:
+            (self.k.gated_silu if act == "silu" else self.k.gated_gelu_tanh)(gate, up, out)
         return out
 
     def swiglu_oai(self, gate: np.ndarray, up: np.ndarray, alpha: float, limit: float) -> np.ndarray:

@@ -393,24 +393,49 @@ def _exp(x: np.float32) -> np.float32:
     return e * _pow2(np.int32(n))
 
 
-@njit(fastmath=FAST, error_model="numpy", cache=True)  # numpy division: no zero check, so it vectorizes
-def gated_silu(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
-    for n in range(gate.shape[0]):
-        gn, un, on = gate[n], up[n], out[n]  # row views: the loop vectorizes
-        for k in range(gn.shape[0]):
-            g = gn[k]
-            on[k] = g / (np.float32(1.0) + _exp(-g)) * un[k]
+@njit(fastmath=FAST, error_model="numpy", inline="always", cache=True)  # numpy division: no zero check, so it vectorizes
+def _silu_row(gn: np.ndarray, un: np.ndarray, on: np.ndarray) -> None:
+    for k in range(gn.shape[0]):
+        g = gn[k]
+        on[k] = g / (np.float32(1.0) + _exp(-g)) * un[k]
 
 
-@njit(fastmath=FAST, error_model="numpy", cache=True)  # numpy division: no zero check, so it vectorizes
-def gated_gelu_tanh(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
+@njit(fastmath=FAST, error_model="numpy", inline="always", cache=True)
+def _gelu_tanh_row(gn: np.ndarray, un: np.ndarray, on: np.ndarray) -> None:
     """GELU(tanh) gate * up, with 0.5 (1 + tanh u) written as 1 / (1 + e ** -2u) (the same function)."""
     c = np.float32(2.0 * np.sqrt(2.0 / np.pi))
+    for k in range(gn.shape[0]):
+        g = gn[k]
+        on[k] = g / (np.float32(1.0) + _exp(-c * (g + np.float32(0.044715) * g * g * g))) * un[k]
+
+
+# The gated activations row by row (row views: the loops vectorize), on one thread for a few decode rows
+# and split between threads for a prefill's; a row is the same loop either way.
+@njit(fastmath=FAST, error_model="numpy", cache=True)
+def gated_silu(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
     for n in range(gate.shape[0]):
-        gn, un, on = gate[n], up[n], out[n]  # row views: the loop vectorizes
-        for k in range(gn.shape[0]):
-            g = gn[k]
-            on[k] = g / (np.float32(1.0) + _exp(-c * (g + np.float32(0.044715) * g * g * g))) * un[k]
+        _silu_row(gate[n], up[n], out[n])
+
+
+@njit(fastmath=FAST, error_model="numpy", parallel=True, cache=True)
+def gated_silu_rows(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
+    for n in prange(gate.shape[0]):
+        _silu_row(gate[n], up[n], out[n])
+
+
+@njit(fastmath=FAST, error_model="numpy", cache=True)
+def gated_gelu_tanh(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
+    for n in range(gate.shape[0]):
+        _gelu_tanh_row(gate[n], up[n], out[n])
+
+
+@njit(fastmath=FAST, error_model="numpy", parallel=True, cache=True)
+def gated_gelu_tanh_rows(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
+    for n in prange(gate.shape[0]):
+        _gelu_tanh_row(gate[n], up[n], out[n])
+
+
+PARALLEL_ROWS = 8  # rows from which an elementwise kernel splits them between threads
 
 
 @njit(fastmath=FAST, error_model="numpy", cache=True)  # numpy division: no zero check, so it vectorizes

@@ -225,3 +225,20 @@ def test_int8_embedding_and_fused_rows(nb8):
     fused = nb8.fuse([a, b])
     x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
     assert np.array_equal(nb8.linear(x, fused), np.concatenate([nb8.linear(x, a), nb8.linear(x, b)], axis=1))
+
+
+def test_gated_activations_split_between_threads_give_the_same_bits():
+    """From PARALLEL_ROWS rows the gated activations run row-parallel; a row's result is the same loop's."""
+    from fak_engine_cpu import kernels
+
+    rng = np.random.default_rng(5)
+    gu = (rng.standard_normal((kernels.PARALLEL_ROWS + 3, 2 * 1000)) * 4).astype(np.float32)
+    gate, up = gu[:, :1000], gu[:, 1000:]  # views into one fused output, as the model passes them
+    for one, rows in ((kernels.gated_silu, kernels.gated_silu_rows), (kernels.gated_gelu_tanh, kernels.gated_gelu_tanh_rows)):
+        a, b = np.empty((len(gu), 1000), np.float32), np.empty((len(gu), 1000), np.float32)
+        one(gate, up, a)
+        rows(gate, up, b)
+        assert np.array_equal(a, b)
+        single = np.empty((1, 1000), np.float32)
+        one(gate[3:4], up[3:4], single)
+        assert np.array_equal(single[0], b[3])
