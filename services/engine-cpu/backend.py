@@ -288,23 +288,32 @@ class NumbaBackend:
         return x * np.float32(scale) if scale != 1.0 else x.copy()
 
     def _kernel8(self, w: QMatrix) -> tuple:
-        """The int8 kernel of `w` and the offsets it reads, looked up once per matrix: a decode step makes
-        ~120 linear calls of a few µs each, where this lookup (layout name, dtype test, offsets copied
-        contiguous) cost ~2 µs a call."""
+        """The int8 kernel of `w` and the scales and offsets it reads, looked up once per matrix: a decode step
+        makes ~120 linear calls of a few µs each, where this lookup (layout name, dtype test, offsets copied
+        contiguous) cost ~2 µs a call. With half scales the offsets go as half floats too where that is exact
+        (Q4_0's -8 d, Q4_1's and Q5_1's m: half floats in the file), so a decode step reads 2 bytes less per
+        block; where it is not, the scales are widened (exactly) for the float32 kernel instead."""
         plan = w.plan
         if plan is None or plan[0] is not self._linear8:  # first use, or by a backend on another path
             layout = "nib" if w.nibbles else f"{w.layout}_{w.sub}"
-            m = _NO_OFFSETS if w.layout == "i8" else _offsets(w)  # "i8" kernels read none; the others every one
-            plan = w.plan = (self._linear8, self._linear8[layout, w.scale.dtype == np.uint16], m)
+            half = w.scale.dtype == np.uint16
+            d, m = w.scale, (_NO_OFFSETS if w.layout == "i8" else _offsets(w))  # "i8" kernels read none
+            if half and w.layout != "i8":
+                m16 = m.astype(np.float16)
+                if np.array_equal(m16.astype(np.float32), m):
+                    m = m16.view(np.uint16)
+                else:
+                    d, half = d.view(np.float16).astype(np.float32), False
+            plan = w.plan = (self._linear8, self._linear8[layout, half], d, m)
         return plan
 
     def linear(self, x: np.ndarray, w, bias: np.ndarray | None = None) -> np.ndarray:
         if x.dtype != np.float32 or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype=np.float32)
         if type(w) is QMatrix and w.columns is None and self.activations == "int8":  # the decode hot path
-            _, kernel, m = self._kernel8(w)
+            _, kernel, d, m = self._kernel8(w)
             out = np.empty((x.shape[0], w.q.shape[0]), np.float32)
-            kernel(w.q, w.scale, m, x, out)
+            kernel(w.q, d, m, x, out)
             if bias is not None:
                 out += bias
             return out
@@ -312,8 +321,8 @@ class NumbaBackend:
             x = np.ascontiguousarray(x[:, w.columns])
         if isinstance(w, QMatrix) and self.activations == "int8":
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
-            _, kernel, m = self._kernel8(w)
-            kernel(w.q, w.scale, m, x, out)
+            _, kernel, d, m = self._kernel8(w)
+            kernel(w.q, d, m, x, out)
         elif isinstance(w, QMatrix):
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
             if w.offset is None:

@@ -227,7 +227,7 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
         out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb)  +  sum_s m_rs * X_ts,   scale_rt(b) = d_rb * dx_tb
 
     Arguments: w (R, bytes per row) uint8, r0, xq (T, K) int8, t0, d (R, subs), xd (T, K/32), m (R, subs)
-    float32 offsets and X (T, subs) = dx * sum(xq) per sub-block (both unread for "i8", a type without
+    offsets (as d: half floats with `half`) and X (T, subs) = dx * sum(xq) per sub-block (both unread for "i8", a type without
     offsets), out (T, R). The offsets' share goes into the same chain as the rest, one FMA per pair of blocks
     with the sub-blocks' m and X in the lanes their first element's partial sum sits in (zeros elsewhere):
     a separate short dot per output element cost more than the blocks' integer work on small matrices.
@@ -240,7 +240,7 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
     kind:    "nib": u packed two per byte (16 bytes per block: low nibble element j, high element j + 16);
              "u8": unsigned bytes; "i8": signed bytes (then the type has no offsets: none to add).
     sub16:   a scale per 16 elements (lanes 0-3 and 4-7 of a block's partial sums get different scales).
-    half:    d holds IEEE half floats (uint16 bits), widened on load (vcvtph2ps): half the bytes.
+    half:    d and m hold IEEE half floats (uint16 bits), widened on load (vcvtph2ps): half the bytes.
     isa:     which instructions compute the integer lanes (EMITTERS); the float work is the same for all."""
 
     def codegen(context, builder, signature, args):
@@ -289,7 +289,7 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
         xdrows, _ = rows_of(xd, t0, tokens, _F32.as_pointer())
         orows, _ = rows_of(out, t0, tokens, _F32.as_pointer())
         if offsets:
-            mrows, m_stride = rows_of(m, r0, group, _F32.as_pointer())
+            mrows, m_stride = rows_of(m, r0, group, scale_ty.as_pointer())
             Xrows, _ = rows_of(X, t0, tokens, _F32.as_pointer())
         chains = [(g, k) for g in range(group) for k in range(tokens)]
 
@@ -303,7 +303,7 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
             for g in range(group):
                 builder.call(prefetch, [builder.gep(wrows[g], [ahead]), ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
             # the group's scales (and offsets) are one stretch of memory: walk it as the blocks go
-            for base, stride, size in [(drows[0], d_stride, 2 if half else 4)] + ([(mrows[0], m_stride, 4)] if offsets else []):
+            for base, stride, size in [(drows[0], d_stride, 2 if half else 4)] + ([(mrows[0], m_stride, 2 if half else 4)] if offsets else []):
                 far = builder.add(builder.mul(stride, const(PREFETCH_GROUPS * group)), builder.mul(b, const(per_block * size * group)))
                 builder.call(prefetch, [builder.gep(builder.bitcast(base, i8p), [far]), ir.Constant(_I32, 0), ir.Constant(_I32, 2),
                                         ir.Constant(_I32, 1)])
@@ -333,7 +333,7 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
                 # the row's scales in every lane (sub16: a block's first in its lanes 0-3, second in 4-7), built
                 # once per row and pair; a chain's scale d * dx is then one vector multiply
                 dg = _spread(builder, floats(drows[g], first_sub, 2 * per_block, tail, half))
-                mg = _place(builder, floats(mrows[g], first_sub, 2 * per_block, tail, False)) if offsets else None
+                mg = _place(builder, floats(mrows[g], first_sub, 2 * per_block, tail, half)) if offsets else None
                 for k in range(tokens):
                     isum = emit.dot(u, xs[k])
                     acc = builder.call(fma, [builder.sitofp(isum, _V16F32), builder.fmul(dg, dxs[k]), accs[g, k]])
@@ -449,7 +449,7 @@ def _make_linear(isa: str, layout: str, half: bool):
     tile, rows_one, one_one = (_make_rows(isa, kind, sub16, g, t, half) for g, t in ((group, tokens), (group, 1), (1, 1)))
 
     def linear(u, d, m, x, out):
-        """Weights u (R, subs, bytes) with scales d and float32 offsets m (R, subs) x activations x (T, K)
+        """Weights u (R, subs, bytes) with scales d and offsets m (R, subs; both half bits or float32) x activations x (T, K)
         f32, quantized here to int8 -> out (T, R): a tile of rows x tokens at a time through the
         intrinsics, the offsets' share included (none for "i8").
         Every output element comes from its own (row, token) computation (see _rows_codegen), whatever
