@@ -87,6 +87,7 @@ class KVPool:
         self.lookups += 1
         if self.metrics is not None:
             self.metrics.kv_lookup(best_len if best_len >= self.min_prefix else 0)
+        room = len(seq.prompt) + min(seq.request.sampling.max_tokens, RESERVE_DECODE)  # grow once, not by doubling
         if best is not None and best_len >= self.min_prefix:
             self.hits += 1
             self.cached_tokens += best_len
@@ -98,12 +99,13 @@ class KVPool:
                 entry.cache.truncate(best_len)
             else:  # copy the shared prefix: the other sequence keeps its cache
                 entry = self._new_entry()
+                entry.cache.reserve(room)  # before the copy: growing after it allocated and copied the cache again
                 entry.cache.copy_prefix(best.cache, best_len)
         else:
             best_len = 0
             entry = self._new_entry()
         entry.owner, entry.session, entry.tenant, entry.used = seq, session, tenant, time.monotonic()
-        entry.cache.reserve(len(seq.prompt) + min(seq.request.sampling.max_tokens, RESERVE_DECODE))  # grow once, not by doubling
+        entry.cache.reserve(room)
         entry.cache.spans = [Span(block=s.block, start=s.start, end=s.end) for s in seq.spans]
         seq.cache, seq.cached_tokens = entry.cache, best_len
         self._fit()
