@@ -19,8 +19,8 @@ Two instruction sets compute those lanes (ISAS; the backend picks the best one t
   by ones (pairs of those -> 32 bits), arranged so that nothing saturates (see _Avx2). It also serves
   AVX-512 CPUs without VNNI.
 The lanes are exact integers either way, and everything after them is the same IR (16 float lanes, two
-blocks a step: half the instructions a block-at-a-time loop issues), so the two paths give the same bits. numba cannot spell these instructions, so the inner loop is LLVM IR emitted through
-`numba.extending.intrinsic`. (Both live in this one file on purpose: numba's on-disk cache revalidates a
+blocks a step: half the instructions a block-at-a-time loop issues), so the two paths give the same bits.
+numba cannot spell these instructions, so the inner loop is LLVM IR emitted through `numba.extending.intrinsic`. (Both live in this one file on purpose: numba's on-disk cache revalidates a
 kernel against the file that defines it, so the IR it inlines must not change in another file.)
 """
 
@@ -192,23 +192,17 @@ def lane_kernel(isa: str, kind: str):
 # one tile of rows x tokens (LLVM IR)
 # ---------------------------------------------------------------------------------------------------------
 
-def _spread(builder: ir.IRBuilder, values: list, width: int = 16) -> ir.Value:
-    """A v`width`f32 holding values[0] in its first width/len(values) lanes, values[1] in the next, ..."""
-    vec = ir.Constant(ir.VectorType(_F32, len(values)), None)
-    for i, value in enumerate(values):
-        vec = builder.insert_element(vec, value, ir.Constant(_I32, i))
-    return builder.shuffle_vector(vec, vec, _indices(i * len(values) // width for i in range(width)))
+def _spread(builder: ir.IRBuilder, vec: ir.Value, width: int = 16) -> ir.Value:
+    """vec's n lanes -> width lanes: lane 0 in the first width / n, lane 1 in the next, ..."""
+    n = vec.type.count
+    return builder.shuffle_vector(vec, vec, _indices(i * n // width for i in range(width)))
 
 
-def _place(builder: ir.IRBuilder, values: list, width: int = 16) -> ir.Value:
-    """A v`width`f32 holding values[i] in lane i * width / len(values) and zeros in every other lane."""
-    n = len(values)
-    vec = ir.Constant(ir.VectorType(_F32, n), None)
-    for i, value in enumerate(values):
-        vec = builder.insert_element(vec, value, ir.Constant(_I32, i))
-    stride = width // n
-    return builder.shuffle_vector(vec, ir.Constant(vec.type, None), _indices(lane // stride if lane % stride == 0 else n
-                                                                             for lane in range(width)))
+def _place(builder: ir.IRBuilder, vec: ir.Value, width: int = 16) -> ir.Value:
+    """vec's n lanes -> width lanes: lane i in lane i * width / n, zeros in every other lane."""
+    n, stride = vec.type.count, width // vec.type.count
+    return builder.shuffle_vector(vec, ir.Constant(vec.type, None),
+                                  _indices(lane // stride if lane % stride == 0 else n for lane in range(width)))
 
 
 def _hsum(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
@@ -227,13 +221,13 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
         out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb)  +  sum_s m_rs * X_ts,   scale_rt(b) = d_rb * dx_tb
 
     Arguments: w (R, bytes per row) uint8, r0, xq (T, K) int8, t0, d (R, subs), xd (T, K/32), m (R, subs)
-    offsets (as d: half floats with `half`) and X (T, subs) = dx * sum(xq) per sub-block (both unread for "i8", a type without
-    offsets), out (T, R). The offsets' share goes into the same chain as the rest, one FMA per pair of blocks
-    with the sub-blocks' m and X in the lanes their first element's partial sum sits in (zeros elsewhere):
-    a separate short dot per output element cost more than the blocks' integer work on small matrices.
-    Each (row, token) pair is its own accumulation chain, 16 float lanes wide: blocks are taken two at a time (lanes 0-7 the even block's
-    8 partial sums, 8-15 the odd one's; an odd count's last block pairs with zeros), summed at the end by
-    _hsum. Chains are interleaved only to share loads (a row's unpacked bytes serve every token) and to hide
+    offsets (as d: half floats with `half`) and X (T, subs) = dx * sum(xq) per sub-block (both unread for
+    "i8", a type without offsets), out (T, R). The offsets' share goes into the same chain as the rest, one
+    FMA per pair of blocks with the sub-blocks' m and X in the lanes their first element's partial sum sits
+    in (zeros elsewhere): a separate short dot per output element cost more than the blocks' integer work on
+    small matrices. Each (row, token) pair is its own accumulation chain, 16 float lanes wide: blocks are
+    taken two at a time (lanes 0-7 the even block's 8 partial sums, 8-15 the odd one's; an odd count's last
+    block pairs with zeros), summed at the end by _hsum. Chains are interleaved only to share loads (a row's unpacked bytes serve every token) and to hide
     latency. A chain's operations and their order do not depend on `group` or `tokens`, so any grouping
     gives the same bits: the kernels built on this are batch-invariant.
 
@@ -274,14 +268,12 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
             n = vec.type.count
             return builder.shuffle_vector(vec, ir.Constant(vec.type, None), _indices(list(range(n)) + [n] * (width - n)))
 
-        def floats(ptr, n, count, tail, f16):  # `count` scales (a pair's) from ptr + n as f32s; a tail's half, then zeros
+        def floats(ptr, n, count, tail, f16):  # `count` values (a pair's) from ptr + n, a f32 vector; a tail's half, then zeros
             got = count // 2 if tail else count
             vec = load(ptr, ir.IntType(16) if f16 else _F32, n, got, 2 if f16 else 4)
             if f16:
                 vec = builder.fpext(builder.bitcast(vec, ir.VectorType(ir.HalfType(), got)), ir.VectorType(_F32, got))
-            if tail:
-                vec = padded(vec, count)
-            return [builder.extract_element(vec, ir.Constant(_I32, i)) for i in range(count)]
+            return padded(vec, count) if tail else vec
 
         wrows, w_stride = rows_of(w, r0, group, i8p)
         drows, d_stride = rows_of(d, r0, group, scale_ty.as_pointer())
@@ -303,10 +295,11 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
             for g in range(group):
                 builder.call(prefetch, [builder.gep(wrows[g], [ahead]), ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
             # the group's scales (and offsets) are one stretch of memory: walk it as the blocks go
-            for base, stride, size in [(drows[0], d_stride, 2 if half else 4)] + ([(mrows[0], m_stride, 2 if half else 4)] if offsets else []):
+            size = 2 if half else 4
+            for base, stride in [(drows[0], d_stride)] + ([(mrows[0], m_stride)] if offsets else []):
                 far = builder.add(builder.mul(stride, const(PREFETCH_GROUPS * group)), builder.mul(b, const(per_block * size * group)))
-                builder.call(prefetch, [builder.gep(builder.bitcast(base, i8p), [far]), ir.Constant(_I32, 0), ir.Constant(_I32, 2),
-                                        ir.Constant(_I32, 1)])
+                builder.call(prefetch, [builder.gep(builder.bitcast(base, i8p), [far]), ir.Constant(_I32, 0),
+                                        ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
             n = 32 if tail else 64
             xs, dxs, Xs = [], [], []
             first_sub = builder.mul(b, const(per_block))
