@@ -23,8 +23,9 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 # LLVM prefers 256-bit vectors on AVX-512 parts (to spare clock throttling on older chips); the tiles
-# below run about twice as fast with full 512-bit vectors. Only when the user has not set
-# NUMBA_CPU_FEATURES, and before anything here is compiled (numba compiles on first call).
+# below run about twice as fast with full 512-bit vectors. fakcore's __init__ sets this for the whole process
+# before numba builds its CPU target (the width changes the kernels' bits: see there); here for a process that
+# imports this module without fakcore. Only when the user has not set NUMBA_CPU_FEATURES.
 if not numba.config.CPU_FEATURES and "+avx512f" in llvm.get_host_cpu_features().flatten():
     numba.config.CPU_FEATURES = llvm.get_host_cpu_features().flatten() + ",-prefer-256-bit"
 # No loop interleaving: the vectorized body of a loop then needs one vector of iterations, not four, so
