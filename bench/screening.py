@@ -7,8 +7,11 @@
                                               topology, adjudication on vs off (added latency per request)
     python -m bench screening --dump FILE     write the labeled corpus as JSON lines
     python -m bench screening --write         also put the report into bench/RESULTS.md
-    python -m bench screening --judge         only the judge stage (layer 3, an instruct model on fak's engine),
+    python -m bench screening --judge         only the judge stage asked (an instruct model on fak's engine),
                                               reported apart: bench/screening_judge.py
+    python -m bench screening --probe         only the probe (a linear probe of gemma3-270m's hidden states on
+                                              fak's engine), alone and layered: bench/screening_probe.py
+                                              (--probe-train fits it; --agentdojo DIR adds AgentDojo)
 
 Quality is measured on the held-out split: whole templates (attack and hard-negative) that the model stage
 never saw in training, in eleven languages (the inline rules were written by hand alongside the corpus,
@@ -448,7 +451,19 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--calibrate", action="store_true", help="reset the shipped model's threshold on real documentation")
     ap.add_argument("--judge", action="store_true", help="only the judge stage: calibrate on the training split, measure held out")
     ap.add_argument("--judge-n", type=int, default=100, metavar="N", help="judge: texts per class and split")
+    ap.add_argument("--probe", action="store_true", help="only the probe: measured on the held-out split")
+    ap.add_argument("--probe-train", action="store_true", help="fit the probe's head on the training split and write it")
+    ap.add_argument("--probe-n", type=int, default=0, metavar="N", help="probe: tool results of the split read (0: all)")
+    ap.add_argument("--agentdojo", default="", metavar="DIR", help="probe: also AgentDojo's records (the unpacked package)")
     args = ap.parse_args(argv)
+    if args.probe or args.probe_train:
+        from bench import screening_probe
+
+        if args.probe_train:
+            screening_probe.train(args.probe_n or screening_probe.TRAIN_N)
+        if args.probe:
+            screening_probe.report(args.probe_n, args.agentdojo)
+        return 0
     if args.judge:
         from bench.screening_judge import judge_report
 

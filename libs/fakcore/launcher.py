@@ -404,6 +404,13 @@ def check_judge(settings: Settings, services: tuple[str, ...]) -> None:
 
     if settings.screen_judge == "off" or "adjudicator" not in services:
         return
+    if settings.screen_judge_method == "probe":
+        from fakcore.screening.probe import head_path
+
+        if not head_path(settings.screen_judge_model).is_file():
+            raise StartupError(f"FAK_SCREEN_JUDGE_METHOD=probe: no probe head is shipped for {settings.screen_judge_model!r} "
+                               f"(FAK_SCREEN_JUDGE_MODEL); set it to a model with a head in fakcore/data/screening/ "
+                               f"(probe-<model>.npz), or FAK_SCREEN_JUDGE_METHOD=ask")
     try:
         resolve(settings.screen_judge_model, settings.cache_dir)
     except ModelSourceError as exc:

@@ -9,7 +9,8 @@ What it makes impossible (issue 10):
   - answering adjudicate requests, publishing quarantine verdicts: only `adjudicator` subscribes to
     fak.v1.adjudicate.* and publishes fak.v1.verdict.quarantine;
   - generating text: only `gateway` publishes engine generate requests; the adjudicator's judge stage may
-    ask fak.v1.engine.judge.*, where a worker answers one-token yes/no questions and nothing else;
+    ask fak.v1.engine.judge.*, where a worker answers one-token yes/no questions and nothing else, and
+    fak.v1.engine.probe.*, where it returns a projection of each token's hidden state (no text);
   - publishing Releases or cancels: only `gateway`;
   - answering engine requests: only `engine` subscribes to their subjects, and it may publish a reply only
     to the reply subject of a request it received (allow_responses), never to an inbox of its choosing;
@@ -93,6 +94,7 @@ def table() -> dict[str, Grant]:
     s, V, A, D, R = subjects, subjects.VERDICT_STREAM, subjects.AUDIT_STREAM, KVMMU_DURABLE, subjects.RESPONSES_STREAM
     generate, count, affine = _wild(s.generate(_ANY)), _wild(s.count_tokens(_ANY)), _wild(s.worker(_ANY, "generate"))
     judge = _wild(s.judge(_ANY))  # screening's one-token questions (the worker serves nothing else there)
+    probe = _wild(s.probe(_ANY))  # screening's probe of hidden states (projections only, nothing generated)
     evict, worker_stats = _wild(s.worker(_ANY, "kv.evict")), _wild(s.worker(_ANY, "kv.stats"))
     return {
         "gateway": Grant(
@@ -109,7 +111,7 @@ def table() -> dict[str, Grant]:
             subscribe=(f"{inbox_prefix('gateway')}.>", s.ANNOUNCE, s.HEALTH, s.KV_EVICTED),
             deny_publish=_others_durables()),
         "adjudicator": Grant(
-            publish=(s.QUARANTINE, s.AUDIT, s.health("adjudicator"), judge,  # the judge stage asks, never generates
+            publish=(s.QUARANTINE, s.AUDIT, s.health("adjudicator"), judge, probe,  # the judge stage asks, never generates
                      _stream("CREATE", V), _stream("INFO", V), _stream("UPDATE", V),  # the streams' owner
                      _stream("CREATE", A), _stream("INFO", A), _stream("UPDATE", A)),
             subscribe=(s.ADJUDICATE_CALL, s.ADJUDICATE_RESULT, f"{inbox_prefix('adjudicator')}.>"),
@@ -125,7 +127,7 @@ def table() -> dict[str, Grant]:
             responses=(1, "2m")),  # kv.stats
         "engine": Grant(
             publish=(s.ANNOUNCE, s.KV_SPANS, s.KV_EVICTED, s.health("engine-cpu"), s.health("engine-cuda")),
-            subscribe=(generate, count, affine, judge, evict, worker_stats, s.CANCEL, s.RELEASE, s.KV_SYNC),
+            subscribe=(generate, count, affine, judge, probe, evict, worker_stats, s.CANCEL, s.RELEASE, s.KV_SYNC),
             # a generation streams many replies to its request's one reply subject, for as long as it runs
             responses=(-1, ENGINE_REPLY_WINDOW)),
         "admin": Grant(publish=(">",), subscribe=(">",)),

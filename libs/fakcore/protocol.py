@@ -223,8 +223,29 @@ class CountTokensReply(Message, kw_only=True):
     input_tokens: int
 
 
+class ProbeRequest(Message, kw_only=True):
+    """Screening's probe (screening/probe.py): the residual stream after `layer` layers of `model` over `text`
+    (each piece of at most PROBE_CHUNK tokens read from its own BOS), projected on `direction` token by
+    token. Nothing is generated and no cache is kept."""
+
+    request_id: str
+    model: str
+    text: str
+    layer: int
+    direction: list[float]  # (dim,) of the model
+    weights_digest: str = ""  # the weights the direction was trained on: a worker with others refuses
+
+
+class ProbeReply(Message, kw_only=True):
+    request_id: str
+    starts: list[int]  # each token's first character in the text (BOS left out)
+    ends: list[int]  # and the character after its last
+    values: list[float]  # each token's hidden state . direction, in the same order
+
+
 EngineReply = Accepted | TokenChunk | GenerateDone | GenerateError
 CountReply = CountTokensReply | GenerateError
+ProbeResult = ProbeReply | GenerateError
 
 
 class Announce(Message, kw_only=True):
@@ -518,6 +539,11 @@ class subjects:
         return f"fak.v1.engine.judge.{subject_token(model)}"
 
     @staticmethod
+    def probe(model: str) -> str:
+        """Screening's probe of a model's hidden states (a ProbeRequest), answered in its queue group."""
+        return f"fak.v1.engine.probe.{subject_token(model)}"
+
+    @staticmethod
     def count_tokens(model: str) -> str:
         return f"fak.v1.engine.count.{subject_token(model)}"
 
@@ -590,6 +616,8 @@ class Decoders:
     engine_request = msgspec.msgpack.Decoder(GenerateRequest | CountTokensRequest)
     engine_reply = msgspec.msgpack.Decoder(EngineReply)
     count_reply = msgspec.msgpack.Decoder(CountReply)
+    probe_request = msgspec.msgpack.Decoder(ProbeRequest)
+    probe_reply = msgspec.msgpack.Decoder(ProbeResult)
     cancel = msgspec.msgpack.Decoder(CancelRequest)
     release = msgspec.msgpack.Decoder(Release)
     announce = msgspec.msgpack.Decoder(Announce)

@@ -37,6 +37,7 @@ from fakcore.protocol import (
 )
 from fakcore.screening import Screener
 from fakcore.screening.judge import Judge
+from fakcore.screening.probe import Probe
 from fakcore.settings import Settings
 
 if TYPE_CHECKING:  # main.py registers the metrics and builds Deps
@@ -59,7 +60,7 @@ class Deps:
     instance: str  # this process, the audit records' `source`
     health: dict[str, Any] = field(default_factory=dict)  # the service's /healthz detail (policy, policy_error)
     background: set[asyncio.Task] = field(default_factory=set)  # async model stages in flight
-    judge: Judge | None = None  # the judge stage's client; None when screen_judge is "off"
+    judge: Judge | Probe | None = None  # the judge stage's client (FAK_SCREEN_JUDGE_METHOD); None when screen_judge is "off"
 
 
 async def on_call(deps: Deps, req: AdjudicateCall, respond: Respond) -> None:

@@ -25,7 +25,7 @@ from fakcore.protocol import (
 )
 from fakcore.screening import Screener, Verdict, window
 
-JUDGE_DETECTOR = "model:judge-"  # screening/judge.py's DETECTOR, less the model's name
+JUDGE_DETECTORS = ("model:judge-", "model:probe-")  # judge.py's and probe.py's DETECTOR, less the model's name
 
 NO_POLICY = Screening()  # the settings' screening, unchanged
 
@@ -82,7 +82,7 @@ def second_opinion(screener: Screener, req: AdjudicateResult, policy: Screening 
 
 
 def is_judge(v: Verdict) -> bool:
-    return v.detector.startswith(JUDGE_DETECTOR)
+    return v.detector.startswith(JUDGE_DETECTORS)
 
 
 def judge_opinion(req: AdjudicateResult, v: Verdict, policy: Screening = NO_POLICY) -> ResultVerdict | None:

@@ -43,6 +43,7 @@ from fakcore.protocol import (
 )
 from fakcore.screening import Screener
 from fakcore.screening.judge import Judge, JudgeUnavailable
+from fakcore.screening.probe import Head, Probe, head_path
 from fakcore.service import Service, run_service
 from fakcore.settings import Settings
 
@@ -121,19 +122,33 @@ async def bootstrap(svc: Service) -> None:
              p.default, len(p.tools), s.screen_threshold, s.screen_model, s.screen_judge)
 
 
-async def start_judge(svc: Service) -> Judge:
-    """The judge's client, once a worker of its model has answered the probe; JudgeUnavailable otherwise
-    (the service does not start: fail closed, never a quiet skip of a stage that was asked for)."""
+def make_judge(svc: Service) -> Judge | Probe:
+    """The judge stage's client for FAK_SCREEN_JUDGE_METHOD: a probe needs the head shipped for its model."""
     s = svc.settings
-    judge = Judge(svc.nc, s.screen_judge_model, s.screen_judge_threshold, timeout_s=s.screen_judge_timeout_s,
-                  ack_timeout_s=s.ack_timeout_s)
+    if s.screen_judge_method == "ask":
+        return Judge(svc.nc, s.screen_judge_model, s.screen_judge_threshold, timeout_s=s.screen_judge_timeout_s,
+                     ack_timeout_s=s.ack_timeout_s)
+    path = head_path(s.screen_judge_model)
+    if not path.is_file():
+        shipped = sorted(p.stem.removeprefix("probe-") for p in path.parent.glob("probe-*.npz"))
+        raise JudgeUnavailable(f"FAK_SCREEN_JUDGE_METHOD=probe: no probe head is shipped for {s.screen_judge_model!r} "
+                               f"({path} is missing); heads ship for: {', '.join(shipped) or 'none'}. Set "
+                               f"FAK_SCREEN_JUDGE_MODEL to one of them, or FAK_SCREEN_JUDGE_METHOD=ask")
+    return Probe(svc.nc, Head.load(path), s.screen_judge_threshold, timeout_s=s.screen_judge_timeout_s)
+
+
+async def start_judge(svc: Service) -> Judge | Probe:
+    """The judge's client, once a worker of its model has answered; JudgeUnavailable otherwise (the service
+    does not start: fail closed, never a quiet skip of a stage that was asked for)."""
+    s = svc.settings
     try:
+        judge = make_judge(svc)
         probe = await judge.wait_ready(4 * s.screen_judge_timeout_s)  # its worker may still be loading
     except JudgeUnavailable as exc:
         log.error("%s", exc)
         raise
-    log.info("judge stage %s: %s answers (probe injection scored %.3f, threshold %.3f)", s.screen_judge,
-             s.screen_judge_model, probe, s.screen_judge_threshold)
+    log.info("judge stage %s (%s): %s answers (a known injection scored %.3f, threshold %.3f)", s.screen_judge,
+             s.screen_judge_method, s.screen_judge_model, probe, judge.threshold)
     return judge
 
 

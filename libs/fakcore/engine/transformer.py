@@ -242,38 +242,13 @@ class Transformer:
         Caches are committed here. `capture`, if a list, receives the hidden state after the embedding and
         each layer."""
         cfg, be, w = self.cfg, self.be, self.w
-        T = len(tokens)
-        positions = np.empty(T, np.int64)
-        for seg in segments:
-            positions[seg.rows] = np.arange(seg.cache.length, seg.cache.length + seg.rows.stop - seg.rows.start)
-        if self.max_positions and T and int(positions.max()) >= self.max_positions:
-            raise BackendError(f"{cfg.arch}: position {int(positions.max())} is past the {self.max_positions} positions "
-                               f"dynamic NTK RoPE keeps the plain rotation for; beyond them its base grows with the "
-                               f"sequence length, which re-rotates every cached key (not supported)")
+        positions = self.positions(len(tokens), segments)
 
         x = be.embed(w.tok_embd, tokens, cfg.embed_scale)  # (T, dim)
         if capture is not None:
             capture.append(be.to_host(x))
         for i, L in enumerate(w.layers):
-            block_in = x
-            # -- attention: x = x + attn(norm(x))
-            h = x if cfg.post_norm else self.norm(x, L.attn_norm, L.attn_norm_b)
-            if L.linear is not None:  # Qwen3-Next: a Gated DeltaNet in place of attention
-                o = deltanet.gated_deltanet(be, cfg, h, L.linear, segments, self.linear_index[i])  # (T, dim)
-            else:
-                o = self.attend(h, L, i, segments, positions)  # (T, dim)
-            if cfg.sandwich_norm or cfg.post_norm:
-                o = be.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
-            x = be.add(x, self.residual(o))
-            # -- MLP: x = x + down(act(gate(norm(x))) * up(norm(x)))
-            if cfg.parallel_residual:  # x = x + attn(norm(x)) + mlp(ffn_norm(x)): the MLP reads the block's input
-                h = h if cfg.shared_ffn_norm else self.norm(block_in, L.ffn_norm, L.ffn_norm_b)
-            else:
-                h = x if cfg.post_norm else self.norm(x, L.ffn_norm, L.ffn_norm_b)
-            m = self.moe(h, L) if L.experts is not None else self.mlp(h, L)
-            if cfg.sandwich_norm or cfg.post_norm:
-                m = be.rmsnorm(m, L.post_ffn_norm, cfg.norm_eps)
-            x = be.add(x, self.residual(m))
+            x = self.block(x, L, i, segments, positions)
             if capture is not None:
                 capture.append(be.to_host(x))
 
@@ -287,6 +262,56 @@ class Transformer:
         if cfg.final_softcap:
             logits = be.softcap(logits, cfg.final_softcap)
         return be.to_host(logits) if host else logits
+
+    def positions(self, T: int, segments: list[Segment]) -> np.ndarray:
+        """Each of the batch's T rows' position in its sequence (T,)."""
+        positions = np.empty(T, np.int64)
+        for seg in segments:
+            positions[seg.rows] = np.arange(seg.cache.length, seg.cache.length + seg.rows.stop - seg.rows.start)
+        if self.max_positions and T and int(positions.max()) >= self.max_positions:
+            raise BackendError(f"{self.cfg.arch}: position {int(positions.max())} is past the {self.max_positions} positions "
+                               f"dynamic NTK RoPE keeps the plain rotation for; beyond them its base grows with the "
+                               f"sequence length, which re-rotates every cached key (not supported)")
+        return positions
+
+    def block(self, x: Any, L: LayerWeights, i: int, segments: list[Segment], positions: np.ndarray) -> Any:
+        """Layer i: (T, dim) residual stream in, (T, dim) out."""
+        cfg, be = self.cfg, self.be
+        block_in = x
+        # -- attention: x = x + attn(norm(x))
+        h = x if cfg.post_norm else self.norm(x, L.attn_norm, L.attn_norm_b)
+        if L.linear is not None:  # Qwen3-Next: a Gated DeltaNet in place of attention
+            o = deltanet.gated_deltanet(be, cfg, h, L.linear, segments, self.linear_index[i])  # (T, dim)
+        else:
+            o = self.attend(h, L, i, segments, positions)  # (T, dim)
+        if cfg.sandwich_norm or cfg.post_norm:
+            o = be.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
+        x = be.add(x, self.residual(o))
+        # -- MLP: x = x + down(act(gate(norm(x))) * up(norm(x)))
+        if cfg.parallel_residual:  # x = x + attn(norm(x)) + mlp(ffn_norm(x)): the MLP reads the block's input
+            h = h if cfg.shared_ffn_norm else self.norm(block_in, L.ffn_norm, L.ffn_norm_b)
+        else:
+            h = x if cfg.post_norm else self.norm(x, L.ffn_norm, L.ffn_norm_b)
+        m = self.moe(h, L) if L.experts is not None else self.mlp(h, L)
+        if cfg.sandwich_norm or cfg.post_norm:
+            m = be.rmsnorm(m, L.post_ffn_norm, cfg.norm_eps)
+        return be.add(x, self.residual(m))
+
+    def hidden(self, sequences: list[np.ndarray], layer: int) -> list[np.ndarray]:
+        """The residual stream after `layer` layers (0: the embedding) of each token sequence, read in one batch,
+        each on a cache of its own that is thrown away: [(T_i, dim) host arrays]. What screening's probe reads."""
+        if not 0 <= layer <= self.cfg.n_layers:
+            raise BackendError(f"{self.cfg.arch} has {self.cfg.n_layers} layers: there is no hidden state after layer {layer}")
+        if not sequences:
+            return []
+        cuts = np.cumsum([0] + [len(s) for s in sequences])
+        segments = [Segment(self.new_cache(), slice(int(a), int(b))) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        positions = self.positions(int(cuts[-1]), segments)
+        x = self.be.embed(self.w.tok_embd, np.concatenate(sequences).astype(np.int64), self.cfg.embed_scale)  # (T, dim)
+        for i, L in enumerate(self.w.layers[:layer]):
+            x = self.block(x, L, i, segments, positions)
+        h = self.be.to_host(x)
+        return [h[seg.rows] for seg in segments]
 
     def attend(self, h: Any, L: LayerWeights, i: int, segments: list[Segment], positions: np.ndarray) -> Any:
         """Layer i's attention over h (T, dim), normed: q/k/v, their norms, RoPE, the cache (appended to),

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import numpy as np
 
+from fakcore.engine import probe
 from fakcore.engine.eviction import MODES
 from fakcore.engine.kvpool import KVPool
 from fakcore.engine.loader import LoadedModel
@@ -53,6 +55,7 @@ from fakcore.protocol import (
     KvEvictReply,
     KvSpans,
     KvStats,
+    ProbeReply,
     Receipt,
     Release,
     TokenChunk,
@@ -175,6 +178,7 @@ class EngineWorker:
         await nc.subscribe(subjects.worker(self.worker_id, "generate"), cb=self._on_generate)
         await nc.subscribe(subjects.count_tokens(name), queue=queue, cb=self._on_count)
         await nc.subscribe(subjects.judge(name), queue=queue, cb=self._on_judge)
+        await nc.subscribe(subjects.probe(name), queue=queue, cb=self._on_probe)
         await nc.subscribe(subjects.CANCEL, cb=self._on_cancel)
         await nc.subscribe(subjects.RELEASE, cb=self._on_release)
         await nc.subscribe(subjects.worker(self.worker_id, "kv.evict"), cb=self._on_kv_evict)
@@ -297,6 +301,35 @@ class EngineWorker:
             await msg.respond(encode(GenerateError(request_id="", code=exc.code, message=str(exc))))
         except Exception as exc:
             await msg.respond(encode(GenerateError(request_id="", code=ErrorCode.INVALID, message=f"cannot count tokens: {exc}")))
+
+    async def _on_probe(self, msg: Any) -> None:
+        """Screening's probe (engine/probe.py): each token's hidden state after a layer, times a direction.
+        Tokenized on a prompt thread; each piece's forward on the scheduler thread, between two steps."""
+        if not msg.reply:
+            return
+        rid = ""
+        try:
+            req = Decoders.probe_request.decode(msg.data)
+            rid = req.request_id
+            probe.check(self.model, req)
+            parts = await asyncio.wrap_future(self._prompts.submit(probe.pieces, self.model, req.text))
+            direction = np.asarray(req.direction, np.float32)
+            offsets: list[tuple[int, int]] = []
+            values: list[float] = []
+            for ids, offs in parts:  # a piece a call: a decode step may run between two of them
+                got = await asyncio.wrap_future(self.scheduler.call(
+                    lambda ids=ids: probe.project(self.model, [ids], req.layer, direction)[0]))
+                offsets += offs
+                values += got.tolist()
+            await msg.respond(encode(ProbeReply(request_id=rid, starts=[a for a, _ in offsets], ends=[b for _, b in offsets],
+                                                values=values)))
+        except msgspec.DecodeError as exc:
+            await msg.respond(encode(GenerateError(request_id=rid, code=ErrorCode.INVALID, message=f"undecodable probe request: {exc}")))
+        except probe.ProbeError as exc:
+            await msg.respond(encode(GenerateError(request_id=rid, code=exc.code, message=str(exc))))
+        except Exception as exc:  # a failed forward: the asker fails closed on it
+            log.exception("probe %s failed", rid)
+            await msg.respond(encode(GenerateError(request_id=rid, code=ErrorCode.INTERNAL, message=f"the probe failed: {exc}")))
 
     async def _on_cancel(self, msg: Any) -> None:
         try:

@@ -2,7 +2,9 @@
 
     inline.py     rules for the shapes injections take (+ normalize.py: hidden text revealed)  ~0.1-0.8 ms
     model.py      a hashed n-gram classifier shipped with fak, window by window                ~0.1-0.7 ms
-    judge.py      an instruct model asked over the bus (FAK_SCREEN_JUDGE; the adjudicator's)   ~seconds
+    probe.py      a linear probe of Gemma-3-270M's hidden states, on an engine worker          ~0.1-0.5 s
+                  (FAK_SCREEN_JUDGE, method probe: the adjudicator's judge stage)
+    judge.py      an instruct model asked over the bus (FAK_SCREEN_JUDGE_METHOD=ask)          ~seconds
 
 `Screener.inline` gives the fast verdict every request waits for; `Screener.model_stage` the second
 opinion, which the adjudicator runs either before answering (`screen_model=sync`) or after it

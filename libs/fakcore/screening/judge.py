@@ -1,4 +1,5 @@
-"""Layer 3 of screening: a small instruct model's second opinion, asked on fak's own engine over the bus.
+"""Screening's judge stage asked (FAK_SCREEN_JUDGE_METHOD=ask): a small instruct model's second opinion, on
+fak's own engine over the bus. (The stage's default method is the probe: screening/probe.py.)
 
     the tool result, revealed (normalize.reveal)  ->  windows of WINDOW_CHARS characters, at most MAX_WINDOWS
     each window  ->  one question to a worker serving the judge model (subjects.judge: max_tokens 1, the
@@ -28,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from nats.aio.client import Client as NATS
 
@@ -53,6 +54,7 @@ WINDOW_CHARS = 1024  # characters of the tool result per question
 OVERLAP = 128  # characters two neighbouring windows share (an instruction cut by a border is whole in one)
 MAX_WINDOWS = 4  # questions per tool result at most (their cost is one prefill each)
 TOP_LOGPROBS = 20  # alternatives asked for: Yes and No are among them for any instruct model worth asking
+THRESHOLD = 0.36  # ~1% FPR for smollm2-135m on 40 negatives of the training split (CLAIMS.md 59)
 TENANT = "fak-judge"  # the judge's prompts share cached prefixes only with each other
 DETECTOR = "model:judge-{model}"
 
@@ -111,8 +113,8 @@ def judged(content: str, scores: list[tuple[float, int, int]], threshold: float,
 class Judge:
     """The judge's client: one NATS connection, the judge model's name, its threshold and timeout."""
 
-    def __init__(self, nc: NATS, model: str, threshold: float, timeout_s: float = 30.0, ack_timeout_s: float = 5.0):
-        self.nc, self.model, self.threshold = nc, model, threshold
+    def __init__(self, nc: NATS, model: str, threshold: float = 0.0, timeout_s: float = 30.0, ack_timeout_s: float = 5.0):
+        self.nc, self.model, self.threshold = nc, model, threshold or THRESHOLD
         self.timeout_s, self.ack_timeout_s = timeout_s, ack_timeout_s
         self.detector = DETECTOR.format(model=model)
 
@@ -152,17 +154,23 @@ class Judge:
     async def wait_ready(self, within_s: float) -> float:
         """Ask the probe question until a worker answers (the judge's worker may still be loading); its
         score. JudgeUnavailable when none answered within `within_s`, or the one that did cannot judge."""
-        loop = asyncio.get_running_loop()
-        deadline, last = loop.time() + within_s, "nothing answered"
-        while True:
-            try:
-                return await self.ask(PROBE)
-            except bus.NoResponders:
-                last = f"no engine worker serves {self.model} (subject {subjects.judge(self.model)})"
-            except bus.BusTimeout as exc:
-                last = f"the {self.model} worker did not answer: {exc}"
-            if loop.time() >= deadline:
-                raise JudgeUnavailable(f"screen_judge is on but its model cannot be asked within {within_s:g}s: {last}. "
-                                       f"Serve it (`fak up` starts a worker for FAK_SCREEN_JUDGE_MODEL; the model must be "
-                                       f"pulled: fak model pull) or set FAK_SCREEN_JUDGE=off")
-            await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
+        return await until_answered(lambda: self.ask(PROBE), within_s, self.model, subjects.judge(self.model), "asked")
+
+
+async def until_answered(first: Callable[[], Awaitable[float]], within_s: float, model: str, subject: str, verb: str) -> float:
+    """`first()` again until a worker of `model` answers it (it may still be loading): its result.
+    JudgeUnavailable naming what is missing when none answered within `within_s`."""
+    loop = asyncio.get_running_loop()
+    deadline, last = loop.time() + within_s, "nothing answered"
+    while True:
+        try:
+            return await first()
+        except bus.NoResponders:
+            last = f"no engine worker serves {model} (subject {subject})"
+        except bus.BusTimeout as exc:
+            last = f"the {model} worker did not answer: {exc}"
+        if loop.time() >= deadline:
+            raise JudgeUnavailable(f"screen_judge is on but its model cannot be {verb} within {within_s:g}s: {last}. "
+                                   f"Serve it (`fak up` starts a worker for FAK_SCREEN_JUDGE_MODEL; the model must be "
+                                   f"pulled: fak model pull) or set FAK_SCREEN_JUDGE=off")
+        await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))

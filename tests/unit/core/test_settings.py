@@ -65,6 +65,7 @@ LITERALS = {  # every enum-like setting: a wrong value, and the choice it is clo
     "activations": ("int4", "int8"),
     "screen_model": ("Sync", "sync"),
     "screen_judge": ("asnyc", "async"),
+    "screen_judge_method": ("prob", "probe"),
     "kv_evict_mode": ("exakt", "exact"),
     "log_level": ("debug", "DEBUG"),
     "upstream_wire": ("antropic", "anthropic"),

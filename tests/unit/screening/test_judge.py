@@ -69,7 +69,8 @@ def test_the_adjudicator_may_ask_the_judge_subject_and_never_generate():
 
 
 def test_fak_up_refuses_a_judge_whose_model_is_not_there(tmp_path):
-    s = base_settings("nats://127.0.0.1:1", screen_judge="async", screen_judge_model=str(tmp_path / "absent.gguf"))
+    s = base_settings("nats://127.0.0.1:1", screen_judge="async", screen_judge_method="ask",
+                      screen_judge_model=str(tmp_path / "absent.gguf"))
     with pytest.raises(StartupError, match="judge's model is not available.*absent.gguf': no such file"):
         Topology(s, services=("adjudicator",)).start(timeout=5)
 
@@ -77,7 +78,8 @@ def test_fak_up_refuses_a_judge_whose_model_is_not_there(tmp_path):
 def test_the_adjudicator_does_not_start_when_nothing_serves_the_judge(nats_server, tmp_path):
     """The model is pulled, but no worker serves it: the adjudicator exits naming what is missing. (The launcher
     would start the judge's worker beside it; left out here, or it could answer the probe, too slowly, first.)"""
-    s = base_settings(nats_server.url, screen_judge="async", screen_judge_model="smollm2-135m", screen_judge_timeout_s=0.25)
+    s = base_settings(nats_server.url, screen_judge="async", screen_judge_method="ask", screen_judge_model="smollm2-135m",
+                      screen_judge_timeout_s=0.25)
     topo = Topology(s, services=("adjudicator",), log_dir=tmp_path)
     planned = topo.plan()
     assert [p.name for p in planned] == ["adjudicator", "engine-cpu-judge"]
