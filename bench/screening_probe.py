@@ -201,7 +201,7 @@ def train(n: int = TRAIN_N, out: str = "", say=print):
     bias = b - float(mean @ (w / scale))
     probe = Head(model=MODEL, weights_digest=reader.model.weights_digest, layer=LAYER, direction=direction, bias=bias,
                  window=WINDOW, stride=STRIDE, threshold=1.0)
-    scores, _ = score_texts(reader, probe, [e.text for e in calibrating])
+    scores = score_texts(reader, probe, [e.text for e in calibrating])
     ys = [e.label for e in calibrating]
     tpr, thr = tpr_at_fpr(scores, ys, THRESHOLD_FPR)
     head = Head(model=MODEL, weights_digest=reader.model.weights_digest, layer=LAYER, direction=direction, bias=bias,
@@ -216,16 +216,12 @@ def train(n: int = TRAIN_N, out: str = "", say=print):
     return head
 
 
-def score_texts(reader: Reader, head, texts: list[str]) -> tuple[list[float], list[float]]:
-    """Each text's probe score (best window) and the seconds it took (its share of its batch for a batch
-    of many; read alone for the latency sample)."""
+def score_texts(reader: Reader, head, texts: list[str]) -> list[float]:
+    """Each text's probe score (its best window's), the texts read in batches."""
     from fakcore.screening.normalize import reveal
 
-    scores = []
-    for h, offs in reader.hidden([reveal(t).text for t in texts], head.layer):
-        vals = h @ head.direction
-        scores.append(max((s for s, _, _ in head.window_scores(offs, vals)), default=0.0))
-    return scores, []
+    return [max((s for s, _, _ in head.window_scores(offs, h @ head.direction)), default=0.0)
+            for h, offs in reader.hidden([reveal(t).text for t in texts], head.layer)]
 
 
 def latency(reader: Reader, head, texts: list[str], say) -> None:
@@ -258,7 +254,7 @@ def report(n: int = 0, agentdojo: str = "", say=print) -> None:
     if n:
         test = random.Random(1).sample(test, min(n, len(test)))
     say(f"probe: {head.version}, threshold {head.threshold}; {MODEL} on fak's engine (numba, in-process); machine: {machine()}")
-    scores, _ = score_texts(reader, head, [e.text for e in test])
+    scores = score_texts(reader, head, [e.text for e in test])
     s, y = np.asarray(scores), np.asarray([e.label for e in test])
     hit = s >= head.threshold
     screener = Screener()
@@ -286,7 +282,7 @@ def report(n: int = 0, agentdojo: str = "", say=print) -> None:
             say(f"     {g:14s} {len(pos):5d}  {_rate(hit[pos])}  {_rate(both[pos])}  {_rate(layered[pos])}  {fpr:>12s}")
     docs = real_documents("measure")
     if docs:
-        doc_scores, _ = score_texts(reader, head, docs)
+        doc_scores = score_texts(reader, head, docs)
         k = int((np.asarray(doc_scores) >= head.threshold).sum())
         say(f"real documentation ({len(docs)} paragraphs of installed packages' Markdown, never trained or calibrated on): "
             f"the probe flags {k} ({k / len(docs) * 100:.2f}%)")
@@ -295,7 +291,7 @@ def report(n: int = 0, agentdojo: str = "", say=print) -> None:
         from bench.agentdojo_eval import records
 
         rows = records(agentdojo)
-        ad, _ = score_texts(reader, head, [r[3] for r in rows])
+        ad = score_texts(reader, head, [r[3] for r in rows])
         ad_s, ad_y = np.asarray(ad), np.asarray([r[2] for r in rows])
         ad_hit = ad_s >= head.threshold
         ad_both = np.asarray([screener.screen(r[3]).quarantine for r in rows])
