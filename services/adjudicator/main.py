@@ -147,7 +147,7 @@ async def start_judge(svc: Service) -> Judge | Probe:
     except JudgeUnavailable as exc:
         log.error("%s", exc)
         raise
-    log.info("judge stage %s (%s): %s answers (a known injection scored %.3f, threshold %.3f)", s.screen_judge,
+    log.info("judge stage %s (%s): %s answers (a known injection scored %.4f, threshold %.4f)", s.screen_judge,
              s.screen_judge_method, s.screen_judge_model, probe, judge.threshold)
     return judge
 
