@@ -99,7 +99,9 @@ class Reader:
 
 
 def starts(n: int) -> range:
-    return range(0, max(1, n - WINDOW + STRIDE), STRIDE) if n > WINDOW else range(1)
+    from fakcore.screening.probe import window_starts
+
+    return window_starts(n, WINDOW, STRIDE)
 
 
 def window_means(h: np.ndarray) -> np.ndarray:
