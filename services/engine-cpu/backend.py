@@ -10,6 +10,8 @@ multiply, chosen by `activations`:
 - "int8": vnni.py quantizes activations to int8 per 32-element block and multiplies bytes with integer
   dot products, as llama.cpp does: faster, and close to (not bit-equal with) the reference. The
   instructions (`isa`: AVX-512 VNNI or AVX2) are the best the CPU has unless forced; both give the same bits.
+  Its matrices are stored in vnni.py's interleaved sets (a row's groups 16 to a vector's lanes), with
+  their scales and offsets per set and lane.
 - "auto": int8 where the CPU runs an int8 path, else f32; the log says which. Not the default: on SmolLM2
   Q4_1 the int8 path answers "What is the capital of France?" wrongly where f32 says Paris.
 
@@ -37,7 +39,7 @@ NIBBLE_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q4_G")  # 4-bit values: kept two to a b
 ACTIVATIONS = ("auto", "f32", "int8")
 
 log = logging.getLogger("fak.engine-cpu")
-_NO_OFFSETS = np.zeros((0, 0), np.float32)  # what an int8 kernel of a type without offsets gets (and ignores)
+_NO_OFFSETS = np.zeros((0, 0, 16), np.float32)  # what an int8 kernel of a type without offsets gets (and ignores)
 _NO_BIAS = np.zeros((0, 0), np.float32)  # what the layernorm kernel gets for a norm without bias
 _NO_ALIBI = np.zeros(0, np.float32)  # what the attention kernel gets without ALiBi
 
@@ -55,7 +57,12 @@ class QMatrix:
                   corrected), for the types with offsets, q uint8 (rows, subs, sub).
     offset is None where every offset is zero: those kernels skip the offset (bytes and work).
     columns (GPTQ act-order, Tensor.columns): the matrix's columns are the inputs in this order, so `linear`
-    multiplies x[:, columns]."""
+    multiplies x[:, columns].
+
+    On the int8 path (group = G, the sub-block size, 16 or 32) the same values are stored for its kernels:
+    q (rows, bytes) in vnni.py's interleaved set order (4-bit values still two to a byte), scale and offset
+    (rows, sets, 16) per set and lane (vnni.lanes_of), cols the row length; `natural` gives the rows back
+    in the layout above."""
 
     q: np.ndarray
     scale: np.ndarray  # (rows, subs) float32, or half bits (uint16) on the int8 path where exact
@@ -63,6 +70,8 @@ class QMatrix:
     qtype: str
     layout: str
     columns: np.ndarray | None = None  # (cols,) input order of the stored columns; None: in order
+    group: int = 0  # int8 path: the sub-block size, stored interleaved (vnni.py); 0: the layout above
+    cols: int = 0  # int8 path: the row length
     plan: tuple | None = field(default=None, repr=False, compare=False)  # NumbaBackend._kernel8's, once looked up
 
     @property
@@ -71,11 +80,23 @@ class QMatrix:
 
     @property
     def sub(self) -> int:
-        return 32 if self.nibbles else self.q.shape[2]
+        return self.group or (32 if self.nibbles else self.q.shape[2])
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.q.shape[0], self.q.shape[1] * self.sub
+        return (self.q.shape[0], self.cols) if self.group else (self.q.shape[0], self.q.shape[1] * self.sub)
+
+    def natural(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows of an interleaved (int8 path) matrix as values (n, subs, sub), scales and offsets (n, subs)
+        float32: what the embedding lookup reads."""
+        from fak_engine_cpu import vnni
+
+        groups = self.cols // self.group
+        q = vnni.deinterleave(self.q[rows], groups, self.group, self.nibbles)
+        scale = vnni.unlanes(_as_float(self.scale[rows]), groups, self.group)
+        offset = (np.zeros_like(scale) if self.offset is None
+                  else vnni.unlanes(np.ascontiguousarray(self.offset[rows]), groups, self.group))
+        return np.ascontiguousarray(q), np.ascontiguousarray(scale), np.ascontiguousarray(offset)
 
 
 def _as_half_if_exact(values: np.ndarray) -> np.ndarray:
@@ -93,7 +114,7 @@ def _as_float(values: np.ndarray) -> np.ndarray:
 def _offsets(w: QMatrix, rows: np.ndarray | None = None) -> np.ndarray:
     """A matrix's offsets (of `rows`, default all) as float32, zeros where it stores none."""
     if w.offset is None:
-        return np.zeros((w.q.shape[0] if rows is None else len(rows), w.q.shape[1]), np.float32)
+        return np.zeros((w.q.shape[0] if rows is None else len(rows),) + w.scale.shape[1:], np.float32)
     return np.ascontiguousarray(w.offset if rows is None else w.offset[rows])
 
 
@@ -229,7 +250,7 @@ class NumbaBackend:
                 if t.qtype == "Q4_0":  # values -8..7: store q + 8, fold the -8 into the offset (exact: -8d)
                     q = q + np.int8(8)
                     offset = offset - np.float32(8.0) * scale
-                q, layout = pack_nibbles(q), "nib"
+                q, layout = (q if self.activations == "int8" else pack_nibbles(q)), "nib"
             elif self.activations == "int8" and offset.any():  # unsigned bytes (signed ones: q + 128, offset - 128 d)
                 if q.min() < 0:
                     q = (q.astype(np.int16) + 128).astype(np.uint8)
@@ -237,8 +258,14 @@ class NumbaBackend:
                 q, layout = q.astype(np.uint8), "u8"
             else:  # int8 values; on the int8 path only types without offsets (signed bytes x signed bytes)
                 layout = "i8"
-            if self.activations == "int8":  # offsets stay float32: their share is summed outside the integer loop
-                scale = _as_half_if_exact(scale)
+            if self.activations == "int8":  # the kernels' interleaved sets, scales as half floats where exact
+                if sub not in (16, 32):
+                    raise BackendError(f"{t.source}: tensor {t.name!r}: {t.qtype} has {sub}-element sub-blocks; "
+                                       "the int8 path takes 16 or 32")
+                v = self.vnni
+                return QMatrix(v.interleave(q, layout == "nib"), v.lanes_of(_as_half_if_exact(scale), sub, True),
+                               v.lanes_of(offset, sub, False) if offset.any() else None, t.qtype, layout, t.columns,
+                               group=sub, cols=subs * sub)
             w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale),
                         np.ascontiguousarray(offset) if offset.any() else None, t.qtype, layout, t.columns)
         else:
@@ -263,13 +290,14 @@ class NumbaBackend:
             same_columns = all((w.columns is None and first.columns is None)
                                or (w.columns is not None and first.columns is not None
                                    and np.array_equal(w.columns, first.columns)) for w in weights)
-            if same_columns and all(w.layout == first.layout and w.q.shape[1:] == first.q.shape[1:]
-                                    and w.scale.dtype == first.scale.dtype for w in weights):
+            if same_columns and all(w.layout == first.layout and w.q.shape[1:] == first.q.shape[1:] and w.group == first.group
+                                    and w.cols == first.cols and w.scale.dtype == first.scale.dtype for w in weights):
                 offsets = None if all(w.offset is None for w in weights) else np.concatenate([_offsets(w) for w in weights])
                 return QMatrix(np.ascontiguousarray(np.concatenate([w.q for w in weights])),
                                np.ascontiguousarray(np.concatenate([w.scale for w in weights])),
                                None if offsets is None else np.ascontiguousarray(offsets),
-                               "+".join(sorted({w.qtype for w in weights})), first.layout, first.columns)
+                               "+".join(sorted({w.qtype for w in weights})), first.layout, first.columns,
+                               first.group, first.cols)
         return None
 
     # -- ops -------------------------------------------------------------------------------------------
@@ -277,9 +305,12 @@ class NumbaBackend:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if isinstance(table, QMatrix):
             out = np.empty((len(ids), table.shape[1]), np.float32)
-            q, sc, off = table.q[ids], _as_float(table.scale[ids]), _offsets(table, ids)  # the rows asked for
             rows = np.arange(len(ids), dtype=np.int64)
-            (self.k.embed_q4 if table.nibbles else self.k.embed_q)(q, sc, off, rows, np.float32(scale), out)
+            if table.group:  # int8 path: the rows asked for, back in natural order
+                self.k.embed_q(*table.natural(ids), rows, np.float32(scale), out)
+            else:
+                q, sc, off = table.q[ids], _as_float(table.scale[ids]), _offsets(table, ids)  # the rows asked for
+                (self.k.embed_q4 if table.nibbles else self.k.embed_q)(q, sc, off, rows, np.float32(scale), out)
             if table.columns is not None:  # back to the model's column order
                 stored, out = out, np.empty_like(out)
                 out[:, table.columns] = stored
@@ -304,16 +335,17 @@ class NumbaBackend:
                     m = m16.view(np.uint16)
                 else:
                     d, half = d.view(np.float16).astype(np.float32), False
-            plan = w.plan = (self._linear8, self._linear8[layout, half], d, m)
+            sets = self.vnni.Sets.of(w.cols, w.group)
+            plan = w.plan = (self._linear8, self._linear8[layout, half], d, m, sets.tables, sets.full, sets.tails)
         return plan
 
     def linear(self, x: np.ndarray, w, bias: np.ndarray | None = None) -> np.ndarray:
         if x.dtype != np.float32 or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype=np.float32)
         if type(w) is QMatrix and w.columns is None and self.activations == "int8":  # the decode hot path
-            _, kernel, d, m = self._kernel8(w)
+            _, kernel, d, m, tables, full, tails = self._kernel8(w)
             out = np.empty((x.shape[0], w.q.shape[0]), np.float32)
-            kernel(w.q, d, m, x, out)
+            kernel(w.q, d, m, x, tables, full, tails, out)
             if bias is not None:
                 out += bias
             return out
@@ -321,8 +353,8 @@ class NumbaBackend:
             x = np.ascontiguousarray(x[:, w.columns])
         if isinstance(w, QMatrix) and self.activations == "int8":
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
-            _, kernel, d, m = self._kernel8(w)
-            kernel(w.q, d, m, x, out)
+            _, kernel, d, m, tables, full, tails = self._kernel8(w)
+            kernel(w.q, d, m, x, tables, full, tails, out)
         elif isinstance(w, QMatrix):
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
             if w.offset is None:

@@ -2,24 +2,38 @@
 
 Per token, activations are quantized per 32-element block (x ~ dx * xq, xq int8, dx = max|x| / 127). A
 weight row is held as unsigned bytes u (0..255: 4-bit values as they are, int8 values + 128) with a scale d
-and offset m per sub-block, w = d * u + m. Then
+and offset m per group of G = 32 or 16 elements (a sub-block), w = d * u + m. Then
 
-    y = sum over 32-blocks b of  d_b * dx_b * (u_b . xq_b)  +  sum over sub-blocks s of  m_s * X_s
+    y = sum over groups g of  d_g * dx_g * (u_g . xq_g)  +  sum over groups g of  m_g * X_g
 
-where u . xq is an exact integer dot product, computed as 8 lanes of 32 bits, lane i summing the products of
-bytes 4i..4i+3 (the layout of AVX-512 VNNI's `vpdpbusd`), and X_s = dx * sum(xq) over the sub-block's
-elements. The types without offsets (Q8_0, Q5_0, Q6_K, Q3_K: w = d * q, q signed) keep q as signed bytes
-("i8") and drop the second sum: no offset bytes to read, no shift to undo. The integer sums are exact; the
-float work is a fixed sequence per (row, token) - so the path is batch-invariant like the f32 one, but not
-bit-equal to it (activations are rounded to 8 bits).
+where u . xq is an exact integer dot product and X_g = dx * sum(xq) over the group's elements. The types
+without offsets (Q8_0, Q5_0, Q6_K, Q3_K: w = d * q, q signed) keep q as signed bytes ("i8") and drop the
+second sum: no offset bytes to read, no shift to undo.
 
-Two instruction sets compute those lanes (ISAS; the backend picks the best one the CPU has):
-- "avx512-vnni": one 512-bit `vpdpbusd` per two blocks (unsigned x signed bytes, four products per lane);
+Layout: interleaved sets. The integer work is 512-bit `vpdpbusd`s, 16 lanes of 32 bits, each lane summing
+four byte products. Were a vector's 64 bytes two consecutive blocks (8 lanes each), every block would need
+its own convert, scale and FMA on its partial sums: as many float instructions as integer ones. Instead a
+row's groups are taken as *sets* of 16 (then 8, 4, 2 for the rest; a vector holds at least 64 / G groups)
+and stored so that lane L of every vector of a set belongs to group L mod n of the set:
+
+    set of n groups, vector v, lane L, byte j  ->  group L mod n, element 4 * (v * 16 / n + L div n) + j
+
+so the set's vectors accumulate in 32-bit integers (exact) and each lane ends holding one group's dot (a
+16-set) or a part of one; then one convert, one multiply by (d x dx) and one FMA per set and (row, token)
+pair, plus one FMA for the offsets: 11-12 instructions per 8 `vpdpbusd`s where the two-block layout spent
+~32. The activations are interleaved the same way per call (`_prep_token`), with each set's lane tables
+(dx per lane, X and the signed bytes' correction) built once per token and shared by every row. 4-bit
+values pack two vectors of a set into one (low nibbles the first, high the second; a one-vector set's
+64 values into 32 bytes). Everything after the integer lanes is the same IR (16 float lanes) for both
+instruction sets, and a (row, token) pair's operations and their order depend neither on which other rows
+and tokens share its tile nor on the batch: the kernels are batch-invariant, and both paths give the same
+bits. (Rounding differs from the f32 path: activations are rounded to 8 bits.)
+
+Two instruction sets compute the lanes (ISAS; the backend picks the best one the CPU has):
+- "avx512-vnni": one 512-bit `vpdpbusd` per vector;
 - "avx2": `vpmaddubsw` (pairs of unsigned x signed byte products -> 16 bits, saturating) then `vpmaddwd`
   by ones (pairs of those -> 32 bits), arranged so that nothing saturates (see _Avx2). It also serves
   AVX-512 CPUs without VNNI.
-The lanes are exact integers either way, and everything after them is the same IR (16 float lanes, two
-blocks a step: half the instructions a block-at-a-time loop issues), so the two paths give the same bits.
 numba cannot spell these instructions, so the inner loop is LLVM IR emitted through `numba.extending.intrinsic`. (Both live in this one file on purpose: numba's on-disk cache revalidates a
 kernel against the file that defines it, so the IR it inlines must not change in another file.)
 """
@@ -55,59 +69,56 @@ def best_isa() -> str | None:
 # ---------------------------------------------------------------------------------------------------------
 
 _I1, _I8, _I16, _I32, _I64, _F32 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType()
-_V16I8, _V32I8, _V16I16, _V8I32, _V8F32 = (ir.VectorType(_I8, 16), ir.VectorType(_I8, 32), ir.VectorType(_I16, 16),
-                                           ir.VectorType(_I32, 8), ir.VectorType(_F32, 8))
+_V32I8, _V16I16, _V8I32 = ir.VectorType(_I8, 32), ir.VectorType(_I16, 16), ir.VectorType(_I32, 8)
 _V64I8, _V16I32, _V16F32 = ir.VectorType(_I8, 64), ir.VectorType(_I32, 16), ir.VectorType(_F32, 16)
 
 
 class _Vnni:
-    """Two blocks' u . x in one 512-bit `vpdpbusd` (unsigned bytes u x signed bytes x, four products summed
-    per 32-bit lane: lanes 0-7 the first block's, 8-15 the second's).
+    """A vector's u . x in one 512-bit `vpdpbusd` (unsigned bytes u x signed bytes x, four products summed
+    per 32-bit lane), added into the lane's running sum.
     Signed weights w ("i8"): u = w xor 0x80 = w + 128 is unsigned, and u . x = w . x + 128 * sum(x); the
-    accumulator vpdpbusd adds into starts at -128 * sum(x) (a token's own lanes, once per block, shared by
-    every row), so the lanes come out as exactly w . x with one instruction per row and token and one `vpxor`
-    per row (the sign trick _Avx2 needs costs a `vpsignb` per row and token and a `vpabsb` per row)."""
+    running sum starts at -128 * S (S: the lane's sum of x over the set, a token's own lanes, built once per
+    token and shared by every row: START), so the lanes come out as exactly w . x with one instruction per
+    row and token and one `vpxor` per row."""
+
+    START = {"i8": -128, "u8": 0, "nib": 0}  # the running sums start at START * S
 
     def __init__(self, builder: ir.IRBuilder, kind: str):
         self.builder, self.kind = builder, kind
         self.vpdpbusd = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.512",
                                                          fnty=ir.FunctionType(_V16I32, [_V16I32, _V16I32, _V16I32]))
 
-    def token(self, x: ir.Value):  # x: one token's 64 int8 activations, two blocks (v64i8)
-        x = self.builder.bitcast(x, _V16I32)
-        if self.kind != "i8":
-            return x, ir.Constant(_V16I32, None)
-        shift = self.builder.call(self.vpdpbusd, [ir.Constant(_V16I32, None), ir.Constant(_V16I32, [-0x7F7F7F80] * 16), x])
-        return x, self.builder.sub(ir.Constant(_V16I32, None), shift)  # -128 * sum(x) per lane
+    def token(self, x: ir.Value):  # x: one token's 64 int8 activations (v64i8)
+        return self.builder.bitcast(x, _V16I32)
 
-    def row(self, u: ir.Value):  # u: one row's 64 weight bytes, two blocks (v64i8; unsigned, or signed for "i8")
+    def row(self, u: ir.Value):  # u: one row's 64 weight bytes (v64i8; unsigned, or signed for "i8")
         if self.kind == "i8":
             u = self.builder.xor(u, ir.Constant(_V64I8, [-128] * 64))
         return self.builder.bitcast(u, _V16I32)
 
-    def dot(self, row, token) -> ir.Value:  # -> v16i32, lane i = sum of products of bytes 4i..4i+3
-        x, start = token
-        return self.builder.call(self.vpdpbusd, [start, row, x])
+    def dot(self, acc: ir.Value, row, token) -> ir.Value:  # acc (v16i32) + lane i's sum of products of bytes 4i..4i+3
+        return self.builder.call(self.vpdpbusd, [acc, row, token])
 
 
 class _Avx2:
-    """u . x with AVX2, a 32-byte block at a time, in two steps that land on the lanes of `vpdpbusd`:
+    """u . x with AVX2, 32 bytes at a time, in two steps that land on the lanes of `vpdpbusd`:
 
         32 bytes u, x  --vpmaddubsw-->  16 x s16, lane j = u[2j] x[2j] + u[2j+1] x[2j+1]   (saturating)
                        --vpmaddwd by ones-->  8 x s32, lane i = s16 lanes 2i + 2i+1 = bytes 4i..4i+3
 
     Both work lane by lane (no crossing between 128-bit halves), so lane i is vpdpbusd's lane i. With
-    activations in -127..127 (never -128: quantize_activations rounds to +-127):
+    activations in -127..127 (never -128: the activations round to +-127):
 
     "nib" (u in 0..15): a pair sums to at most 2 * 15 * 127 = 3810, so u . x goes in directly.
     "i8" (signed w in -128..127), as llama.cpp does: multiply |w| (0..128, unsigned: |-128| is the byte
         0x80, which reads as 128) by x carrying w's sign (`vpsignb`, in -127..127): pairs stay within
         2 * 128 * 127 = 32512, and the lanes are w . x.
     "u8" (u in 0..255): u * x pairs can reach 2 * 255 * 127 = 64770 and would saturate. So take w = u - 128
-        (u xor 0x80) through the "i8" steps, then u . x = w . x + 128 * sum(x), the last term a token's
-        own lanes (once per block, shared by every row) added in 32 bits.
-    Every step is exact, so the lanes equal vpdpbusd's bit for bit. Two blocks (64 bytes) come in and 16
-    lanes go out, as _Vnni's."""
+        (u xor 0x80) through the "i8" steps, then u . x = w . x + 128 * sum(x): the running sum starts at
+        +128 * S (START).
+    Every step is exact, so the lanes equal vpdpbusd's bit for bit."""
+
+    START = {"i8": 0, "u8": 128, "nib": 0}
 
     def __init__(self, builder: ir.IRBuilder, kind: str):
         self.builder, self.kind = builder, kind
@@ -117,20 +128,11 @@ class _Avx2:
         self.sign = module.declare_intrinsic("llvm.x86.avx2.psign.b", fnty=ir.FunctionType(_V32I8, [_V32I8, _V32I8]))
         self.abs = module.declare_intrinsic("llvm.abs.v32i8", fnty=ir.FunctionType(_V32I8, [_V32I8, _I1]))
 
-    def _pairs_of_pairs(self, u: ir.Value, x: ir.Value) -> ir.Value:
-        return self.builder.call(self.maddwd, [self.builder.call(self.maddubs, [u, x]), ir.Constant(_V16I16, [1] * 16)])
-
     def _halves(self, v: ir.Value) -> list:
         return [self.builder.shuffle_vector(v, v, _indices(range(h * 32, h * 32 + 32))) for h in range(2)]
 
     def token(self, x: ir.Value):
-        out = []
-        for half in self._halves(x):
-            shift = None if self.kind != "u8" else self.builder.call(
-                self.maddwd, [self.builder.call(self.maddubs, [ir.Constant(_V32I8, [1] * 32), half]),
-                              ir.Constant(_V16I16, [128] * 16)])  # 128 * sum(x) per lane
-            out.append((half, shift))
-        return out
+        return self._halves(x)
 
     def row(self, u: ir.Value):
         out = []
@@ -142,15 +144,12 @@ class _Avx2:
             out.append((self.builder.call(self.abs, [w, ir.Constant(_I1, 0)]), w))
         return out
 
-    def dot(self, row, token) -> ir.Value:
+    def dot(self, acc: ir.Value, row, token) -> ir.Value:
         lanes = []
-        for (u, w), (x, shift) in zip(row, token, strict=True):
-            if self.kind == "nib":
-                lanes.append(self._pairs_of_pairs(u, x))
-                continue
-            signed = self._pairs_of_pairs(u, self.builder.call(self.sign, [x, w]))
-            lanes.append(signed if shift is None else self.builder.add(signed, shift))
-        return self.builder.shuffle_vector(lanes[0], lanes[1], _indices(range(16)))
+        for (u, w), x in zip(row, token, strict=True):
+            x = x if w is None else self.builder.call(self.sign, [x, w])
+            lanes.append(self.builder.call(self.maddwd, [self.builder.call(self.maddubs, [u, x]), ir.Constant(_V16I16, [1] * 16)]))
+        return self.builder.add(acc, self.builder.shuffle_vector(lanes[0], lanes[1], _indices(range(16))))
 
 
 EMITTERS = {"avx512-vnni": _Vnni, "avx2": _Avx2}
@@ -162,52 +161,172 @@ def _indices(values) -> ir.Constant:
 
 
 def lane_kernel(isa: str, kind: str):
-    """A jitted lanes(u (N, 32) weight bytes, x (N, 32) int8, out (N, 8) int32), N even: each block's integer
+    """A jitted lanes(u (N, 64) weight bytes, x (N, 64) int8, out (N, 16) int32): each vector's integer
     lanes as `isa` computes them inside the matmul kernels for weights of `kind` ("nib": values 0..15, "u8":
-    unsigned bytes, "i8": signed bytes; unpacked), two blocks at a time as there, so tests can hold them to
-    their definition."""
+    unsigned bytes, "i8": signed bytes; unpacked), the running sum started as there, so tests can hold them
+    to their definition (lane i = sum of the products of bytes 4i..4i+3)."""
+    start = EMITTERS[isa].START[kind]
 
     def codegen(context, builder, signature, args):
-        u, x, out = (context.make_array(t)(context, builder, a) for t, a in zip(signature.args, args, strict=True))
+        u, x, s, out = (context.make_array(t)(context, builder, a) for t, a in zip(signature.args, args, strict=True))
         emit = EMITTERS[isa](builder, kind)
-        load = lambda arr: builder.load(builder.bitcast(arr.data, _V64I8.as_pointer()), align=1)  # noqa: E731
-        builder.store(emit.dot(emit.row(load(u)), emit.token(load(x))), builder.bitcast(out.data, _V16I32.as_pointer()), align=1)
+        load = lambda arr, ty: builder.load(builder.bitcast(arr.data, ty.as_pointer()), align=1)  # noqa: E731
+        acc = builder.mul(load(s, _V16I32), ir.Constant(_V16I32, [start] * 16))
+        builder.store(emit.dot(acc, emit.row(load(u, _V64I8)), emit.token(load(x, _V64I8))),
+                      builder.bitcast(out.data, _V16I32.as_pointer()), align=1)
         return context.get_dummy_value()
 
     @intrinsic
-    def pair(typingctx, u, x, out):
-        return types.none(u, x, out), codegen
+    def vector(typingctx, u, x, s, out):
+        return types.none(u, x, s, out), codegen
 
     @njit
     def lanes(u, x, out):
-        if u.shape[0] % 2:
-            raise ValueError("lanes: an even number of blocks")
-        for i in range(0, u.shape[0], 2):
-            pair(u[i:i + 2], x[i:i + 2], out[i:i + 2])
+        s = np.zeros(16, np.int32)
+        for i in range(u.shape[0]):
+            for lane in range(16):
+                s[lane] = np.int32(x[i, 4 * lane]) + np.int32(x[i, 4 * lane + 1]) + np.int32(x[i, 4 * lane + 2]) + np.int32(x[i, 4 * lane + 3])
+            vector(u[i], x[i], s, out[i])
 
     return lanes
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the interleaved layout (numpy, at load; the activations' side per call is _prep_token)
+# ---------------------------------------------------------------------------------------------------------
+
+def set_sizes(groups: int, G: int) -> list[int]:
+    """A row's `groups` groups of G elements as sets: 16s, then one each of 8, 4, 2 as the rest needs (a
+    vector is 64 bytes: a set has at least 64 / G groups; the rest is padded up to that with zero groups)."""
+    least = 64 // G
+    padded = -(-groups // least) * least
+    sizes = [16] * (padded // 16)
+    rest = padded % 16
+    for n in (8, 4, 2):
+        if rest >= n >= least:
+            sizes.append(n)
+            rest -= n
+    return sizes
+
+
+def _lane_map(n: int, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """(vectors, 16, 4) -> the group within the set and the element within the group of each byte."""
+    v, lane, j = np.meshgrid(np.arange(n * G // 64), np.arange(16), np.arange(4), indexing="ij")
+    return lane % n, 4 * (v * (16 // n) + lane // n) + j
+
+
+def interleave(q: np.ndarray, nibbles: bool) -> np.ndarray:
+    """(R, groups, G) values (0..15 with `nibbles`, else bytes of any 8-bit dtype) -> (R, bytes) in set
+    order, same dtype (4-bit values packed: uint8)."""
+    R, groups, G = q.shape
+    sizes = set_sizes(groups, G)
+    if sum(sizes) > groups:
+        q = np.concatenate([q, np.zeros((R, sum(sizes) - groups, G), q.dtype)], axis=1)
+    out, g0 = [], 0
+    for n in sizes:
+        group, element = _lane_map(n, G)
+        vectors = q[:, g0 + group, element].reshape(R, -1, 64)
+        if nibbles:
+            vectors = vectors.astype(np.uint8)
+            if vectors.shape[1] == 1:  # one vector: its 64 values into 32 bytes
+                vectors = vectors[:, :, :32] | (vectors[:, :, 32:] << 4)
+            else:  # two vectors into one: the first in the low nibbles, the second in the high
+                vectors = vectors[:, 0::2] | (vectors[:, 1::2] << 4)
+        out.append(vectors.reshape(R, -1))
+        g0 += n
+    return np.ascontiguousarray(np.concatenate(out, axis=1))
+
+
+def deinterleave(b: np.ndarray, groups: int, G: int, nibbles: bool) -> np.ndarray:
+    """interleave's inverse: (R, bytes) -> (R, groups, G)."""
+    R = b.shape[0]
+    sizes = set_sizes(groups, G)
+    out = np.zeros((R, sum(sizes), G), np.uint8 if nibbles else b.dtype)
+    pos, g0 = 0, 0
+    for n in sizes:
+        size = n * G // 2 if nibbles else n * G
+        chunk = b[:, pos:pos + size]
+        if nibbles:
+            lo, hi = chunk & 15, chunk >> 4
+            nv = n * G // 64
+            if nv == 1:
+                chunk = np.concatenate([lo, hi], axis=1)
+            else:
+                chunk = np.stack([lo.reshape(R, nv // 2, 64), hi.reshape(R, nv // 2, 64)], axis=2).reshape(R, -1)
+        group, element = _lane_map(n, G)
+        out[:, g0 + group.reshape(-1), element.reshape(-1)] = chunk
+        pos += size
+        g0 += n
+    return out[:, :groups]
+
+
+def lanes_of(values: np.ndarray, G: int, spread: bool) -> np.ndarray:
+    """Per-group values (R, groups) -> per set and lane (R, sets, 16). spread (scales): lane L holds group
+    L mod n's value, as every lane holds a part of that group's dot; else (offsets) the first n lanes hold
+    the set's groups, once each, and the rest zeros."""
+    R, groups = values.shape
+    sizes = set_sizes(groups, G)
+    values = np.concatenate([values, np.zeros((R, sum(sizes) - groups), values.dtype)], axis=1)
+    out, g0 = np.zeros((R, len(sizes), 16), values.dtype), 0
+    for s, n in enumerate(sizes):
+        if spread:
+            out[:, s] = values[:, g0 + np.arange(16) % n]
+        else:
+            out[:, s, :n] = values[:, g0:g0 + n]
+        g0 += n
+    return out
+
+
+def unlanes(lanes: np.ndarray, groups: int, G: int) -> np.ndarray:
+    """lanes_of's inverse (either kind): (R, sets, 16) -> (R, groups)."""
+    sizes = set_sizes(groups, G)
+    return np.concatenate([lanes[:, s, :n] for s, n in enumerate(sizes)], axis=1)[:, :groups]
+
+
+class Sets:
+    """What the kernels need to know of a row length K in groups of G: the sets (`full` 16-sets, then
+    `tails`, the sum of the smaller sets' sizes, each at most once), and the activations' tables:
+    src (padded K,) the element each interleaved byte takes (-1: padding), base and vectors (sets,) each
+    set's first byte and vector count, block (sets, 16) the 32-block each lane's group is in (-1: padding),
+    group (sets, 16) the group whose offset share a lane carries (-1: none)."""
+
+    _known: dict[tuple[int, int], Sets] = {}
+
+    def __init__(self, K: int, G: int):
+        sizes = set_sizes(K // G, G)
+        self.full = sum(n == 16 for n in sizes)
+        self.tails = sum(n for n in sizes if n != 16)
+        src, base, vectors = [], [], []
+        block, group = np.full((len(sizes), 16), -1, np.int32), np.full((len(sizes), 16), -1, np.int32)
+        g0 = pos = 0
+        lane = np.arange(16)
+        for s, n in enumerate(sizes):
+            gi, ei = _lane_map(n, G)
+            src.append(np.where((g0 + gi) * G < K, (g0 + gi) * G + ei, -1).reshape(-1))
+            base.append(pos)
+            vectors.append(n * G // 64)
+            pos += n * G
+            g = g0 + lane % n
+            block[s] = np.where(g * G < K, g * G // 32, -1)
+            group[s, :n] = np.where((g0 + lane[:n]) * G < K, g0 + lane[:n], -1)
+            g0 += n
+        self.tables = (np.concatenate(src).astype(np.int32), np.array(base, np.int64), np.array(vectors, np.int64), block, group)
+
+    @classmethod
+    def of(cls, K: int, G: int) -> Sets:
+        key = (K, G)
+        if key not in cls._known:
+            cls._known[key] = cls(K, G)
+        return cls._known[key]
 
 
 # ---------------------------------------------------------------------------------------------------------
 # one tile of rows x tokens (LLVM IR)
 # ---------------------------------------------------------------------------------------------------------
 
-def _spread(builder: ir.IRBuilder, vec: ir.Value, width: int = 16) -> ir.Value:
-    """vec's n lanes -> width lanes: lane 0 in the first width / n, lane 1 in the next, ..."""
-    n = vec.type.count
-    return builder.shuffle_vector(vec, vec, _indices(i * n // width for i in range(width)))
-
-
-def _place(builder: ir.IRBuilder, vec: ir.Value, width: int = 16) -> ir.Value:
-    """vec's n lanes -> width lanes: lane i in lane i * width / n, zeros in every other lane."""
-    n, stride = vec.type.count, width // vec.type.count
-    return builder.shuffle_vector(vec, ir.Constant(vec.type, None),
-                                  _indices(lane // stride if lane % stride == 0 else n for lane in range(width)))
-
-
 def _hsum(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    """Sum of 16 lanes in a fixed order: lane i + lane i + 8 (the even blocks' partial sums with the odd
-    ones'), then (0+4, 1+5, 2+6, 3+7), then pairs, then the last two."""
+    """Sum of 16 lanes in a fixed order: lane i + lane i + 8, then (0+4, 1+5, 2+6, 3+7), then pairs, then
+    the last two."""
     idx = lambda *i: _indices(i)  # noqa: E731
     v8 = builder.fadd(builder.shuffle_vector(v, v, _indices(range(8))), builder.shuffle_vector(v, v, _indices(range(8, 16))))
     v4 = builder.fadd(builder.shuffle_vector(v8, v8, idx(0, 1, 2, 3)), builder.shuffle_vector(v8, v8, idx(4, 5, 6, 7)))
@@ -215,131 +334,109 @@ def _hsum(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)), builder.extract_element(v2, ir.Constant(_I32, 1)))
 
 
-def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, half: bool):
+def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bool):
     """IR writing out[t0 + k, r0 + g] (g < group, k < tokens) for consecutive weight rows and tokens:
 
-        out[t, r] = sum_b scale_rt(b) * (u_rb . xq_tb)  +  sum_s m_rs * X_ts,   scale_rt(b) = d_rb * dx_tb
+        out[t, r] = sum over sets s of  hsum16( float(i_rts) * (dl_rs * dxl_ts) + ml_rs * Xl_ts )
 
-    Arguments: w (R, bytes per row) uint8, r0, xq (T, K) int8, t0, d (R, subs), xd (T, K/32), m (R, subs)
-    offsets (as d: half floats with `half`) and X (T, subs) = dx * sum(xq) per sub-block (both unread for
-    "i8", a type without offsets), out (T, R). The offsets' share goes into the same chain as the rest, one
-    FMA per pair of blocks with the sub-blocks' m and X in the lanes their first element's partial sum sits
-    in (zeros elsewhere): a separate short dot per output element cost more than the blocks' integer work on
-    small matrices. Each (row, token) pair is its own accumulation chain, 16 float lanes wide: blocks are
-    taken two at a time (lanes 0-7 the even block's 8 partial sums, 8-15 the odd one's; an odd count's last
-    block pairs with zeros), summed at the end by _hsum. Chains are interleaved only to share loads (a row's unpacked bytes serve every token) and to hide
-    latency. A chain's operations and their order do not depend on `group` or `tokens`, so any grouping
-    gives the same bits: the kernels built on this are batch-invariant.
+    with i_rts the set's integer lanes (START * S_ts, then one dot per vector). Arguments: w (R, bytes) the
+    interleaved rows, r0, xi (T, padded K) int8 interleaved activations, t0, dl / ml (R, sets, 16) the
+    rows' scale / offset lanes (half bits with `half`; ml unread for "i8"), dxl / Xl (T, sets, 16) float32
+    and S (T, sets, 16) int32 the tokens' lanes, full and tails (Sets), out (T, R). Each (row, token) pair
+    is its own chain of operations in a fixed order; chains are interleaved only to share loads (a row's
+    bytes serve every token, a token's every row) and to hide latency, so any grouping gives the same bits.
 
-    kind:    "nib": u packed two per byte (16 bytes per block: low nibble element j, high element j + 16);
-             "u8": unsigned bytes; "i8": signed bytes (then the type has no offsets: none to add).
-    sub16:   a scale per 16 elements (lanes 0-3 and 4-7 of a block's partial sums get different scales).
-    half:    d and m hold IEEE half floats (uint16 bits), widened on load (vcvtph2ps): half the bytes.
-    isa:     which instructions compute the integer lanes (EMITTERS); the float work is the same for all."""
+    kind: "nib" (4-bit values, two vectors a 64-byte load), "u8" (unsigned bytes), "i8" (signed bytes; no
+    offsets). isa: which instructions compute the integer lanes (EMITTERS); the float work is the same."""
+
+    nibbles, offsets = kind == "nib", kind != "i8"
+    row_bytes = (lambda n: n * G // 2) if nibbles else (lambda n: n * G)
 
     def codegen(context, builder, signature, args):
         arrays = [context.make_array(t)(context, builder, a) if isinstance(t, types.Array) else a
                   for t, a in zip(signature.args, args, strict=True)]
-        w, r0, xq, t0, d, xd, m, X, out = arrays
-        offsets = kind != "i8"
-        blocks = builder.extract_value(xd.shape, 1)
-        module = builder.module
+        w, r0, xi, t0, dl, dxl, ml, Xl, S, full, tails, out = arrays
         emit = EMITTERS[isa](builder, kind)
-        nibbles = kind == "nib"
-        fma = module.declare_intrinsic("llvm.fma.v16f32", fnty=ir.FunctionType(_V16F32, [_V16F32, _V16F32, _V16F32]))
+        start = emit.START[kind]
         i8p = _I8.as_pointer()
-        prefetch = module.declare_intrinsic("llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]))
-        scale_ty = ir.IntType(16) if half else _F32
-        one, zero = ir.Constant(_I64, 1), ir.Constant(_I64, 0)
         const = lambda v: ir.Constant(_I64, v)  # noqa: E731
-        block_bytes = 16 if nibbles else 32
-        per_block = 2 if sub16 else 1  # scales per block
+        fma = builder.module.declare_intrinsic("llvm.fma.v16f32", fnty=ir.FunctionType(_V16F32, [_V16F32, _V16F32, _V16F32]))
+        prefetch = builder.module.declare_intrinsic("llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]))
+        scale_ty = ir.IntType(16) if half else _F32
 
-        def rows_of(arr, first, count, ty):
+        def rows_of(arr, first, count):
             stride = builder.extract_value(arr.strides, 0)
             base = builder.bitcast(arr.data, i8p)
-            return [builder.bitcast(builder.gep(base, [builder.mul(builder.add(first, const(i)), stride)]), ty)
-                    for i in range(count)], stride
+            return [builder.gep(base, [builder.mul(builder.add(first, const(i)), stride)]) for i in range(count)], stride
 
-        def load(ptr, ty, n, count, align):  # `count` consecutive `ty` values from ptr + n (in ty units), a vector
-            return builder.load(builder.bitcast(builder.gep(ptr, [n]), ir.VectorType(ty, count).as_pointer()), align=align)
+        (wr, w_stride), (dr, _), (xr, _), (dxr, _), (orows, _) = (rows_of(a, f, c) for a, f, c in (
+            (w, r0, group), (dl, r0, group), (xi, t0, tokens), (dxl, t0, tokens), (out, t0, tokens)))
+        mr = rows_of(ml, r0, group)[0] if offsets else None
+        Xr = rows_of(Xl, t0, tokens)[0] if offsets else None
+        Sr = rows_of(S, t0, tokens)[0] if start else None
 
-        def padded(vec, width):  # vec (n lanes) -> width lanes, the rest zero
-            n = vec.type.count
-            return builder.shuffle_vector(vec, ir.Constant(vec.type, None), _indices(list(range(n)) + [n] * (width - n)))
+        def vload(ptr, offset, ty, n):  # n values of ty from byte `offset`
+            return builder.load(builder.bitcast(builder.gep(ptr, [offset]), ir.VectorType(ty, n).as_pointer()), align=1)
 
-        def floats(ptr, n, count, tail, f16):  # `count` values (a pair's) from ptr + n, a f32 vector; a tail's half, then zeros
-            got = count // 2 if tail else count
-            vec = load(ptr, ir.IntType(16) if f16 else _F32, n, got, 2 if f16 else 4)
-            if f16:
-                vec = builder.fpext(builder.bitcast(vec, ir.VectorType(ir.HalfType(), got)), ir.VectorType(_F32, got))
-            return padded(vec, count) if tail else vec
+        def lanes(ptr, s, ty, f16=False):  # a set's 16 lanes of a lane table, as float32 (or int32) lanes
+            v = vload(ptr, builder.mul(s, const(32 if f16 else 64)), ty, 16)
+            return builder.fpext(builder.bitcast(v, ir.VectorType(ir.HalfType(), 16)), _V16F32) if f16 else v
 
-        wrows, w_stride = rows_of(w, r0, group, i8p)
-        drows, d_stride = rows_of(d, r0, group, scale_ty.as_pointer())
-        xrows, _ = rows_of(xq, t0, tokens, i8p)
-        xdrows, _ = rows_of(xd, t0, tokens, _F32.as_pointer())
-        orows, _ = rows_of(out, t0, tokens, _F32.as_pointer())
-        if offsets:
-            mrows, m_stride = rows_of(m, r0, group, scale_ty.as_pointer())
-            Xrows, _ = rows_of(X, t0, tokens, _F32.as_pointer())
-        chains = [(g, k) for g in range(group) for k in range(tokens)]
-
-        def step(b, accs, tail):
-            """The pair of blocks b, b + 1 (tail: block b alone, with zeros) into every chain's accumulator."""
-            # prefetch this block of the rows PREFETCH_GROUPS groups further down (and their scales) into L2
-            # (locality 2, prefetcht1), not L1: a core has few L1 miss buffers, and filling them with prefetches
-            # held a one-token matvec streaming from DRAM to ~8 GB/s a core (Q8_0 lm_head of Gemma-3, AMD EPYC
-            # Zen 4), against ~13 through L2
-            ahead = builder.add(builder.mul(b, const(block_bytes)), builder.mul(w_stride, const(PREFETCH_GROUPS * group)))
+        def one_set(n, s, wpos, xpos, accs):
+            """The set s of n groups (row bytes from wpos, token bytes from xpos) into every chain's float lanes."""
+            vectors = n * G // 64
+            # prefetch the same stretch of the rows PREFETCH_GROUPS groups of rows further down into L2
+            # (prefetcht1): a core has few L1 miss buffers, and filling them with prefetches held a one-token
+            # matvec streaming from DRAM to ~8 GB/s a core (AMD EPYC Zen 4), against ~13 through L2
+            ahead = builder.add(wpos, builder.mul(w_stride, const(PREFETCH_GROUPS * group)))
             for g in range(group):
-                builder.call(prefetch, [builder.gep(wrows[g], [ahead]), ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
-            # the group's scales (and offsets) are one stretch of memory: walk it as the blocks go
-            size = 2 if half else 4
-            for base, stride in [(drows[0], d_stride)] + ([(mrows[0], m_stride)] if offsets else []):
-                far = builder.add(builder.mul(stride, const(PREFETCH_GROUPS * group)), builder.mul(b, const(per_block * size * group)))
-                builder.call(prefetch, [builder.gep(builder.bitcast(base, i8p), [far]), ir.Constant(_I32, 0),
-                                        ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
-            n = 32 if tail else 64
-            xs, dxs, Xs = [], [], []
-            first_sub = builder.mul(b, const(per_block))
-            for k in range(tokens):  # the tokens' side of this pair
-                x = load(xrows[k], _I8, builder.mul(b, const(32)), n, 1)
-                xs.append(emit.token(padded(x, 64) if tail else x))
-                dxs.append(_spread(builder, floats(xdrows[k], b, 2, tail, False)))
-                if offsets:
-                    Xs.append(_place(builder, floats(Xrows[k], first_sub, 2 * per_block, tail, False)))
+                for line in range(0, row_bytes(n), 64):
+                    builder.call(prefetch, [builder.gep(wr[g], [builder.add(ahead, const(line))]), ir.Constant(_I32, 0),
+                                            ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
+            ints = {}
+            for k in range(tokens):
+                s0 = builder.mul(lanes(Sr[k], s, _I32), ir.Constant(_V16I32, [start] * 16)) if start else ir.Constant(_V16I32, None)
+                for g in range(group):
+                    ints[g, k] = s0
+            if nibbles:  # (byte offset, bytes, vectors it holds)
+                loads = [(0, 32, 1)] if vectors == 1 else [(64 * p, 64, 2) for p in range(vectors // 2)]
+            else:
+                loads = [(64 * v, 64, 1) for v in range(vectors)]
+            v = 0
+            for offset, size, held in loads:
+                xs = [[emit.token(vload(xr[k], builder.add(xpos, const(64 * (v + h))), _I8, 64)) for k in range(tokens)]
+                      for h in range(held)]
+                for g in range(group):
+                    raw = vload(wr[g], builder.add(wpos, const(offset)), _I8, size)
+                    if nibbles:
+                        vty = ir.VectorType(_I8, size)
+                        lo = builder.and_(raw, ir.Constant(vty, [15] * size))
+                        hi = builder.lshr(raw, ir.Constant(vty, [4] * size))
+                        us = [builder.shuffle_vector(lo, hi, _indices(range(64)))] if size == 32 else [lo, hi]
+                    else:
+                        us = [raw]
+                    for h, u in enumerate(us):
+                        u = emit.row(u)
+                        for k in range(tokens):
+                            ints[g, k] = emit.dot(ints[g, k], u, xs[h][k])
+                v += held
+            dxs = [lanes(dxr[k], s, _F32) for k in range(tokens)]
+            Xs = [lanes(Xr[k], s, _F32) for k in range(tokens)] if offsets else None
             new = {}
             for g in range(group):
-                if nibbles:
-                    packed = load(wrows[g], _I8, builder.mul(b, const(16)), n // 2, 1)
-                    packed = padded(packed, 32) if tail else packed
-                    mask = ir.Constant(_V32I8, [15] * 32)
-                    lo = builder.and_(packed, mask)
-                    hi = builder.and_(builder.lshr(packed, ir.Constant(_V32I8, [4] * 32)), mask)
-                    # block b: low nibbles of its 16 bytes, then high; block b + 1 the same from the next 16
-                    u = builder.shuffle_vector(lo, hi, _indices([*range(16), *range(32, 48), *range(16, 32), *range(48, 64)]))
-                else:
-                    u = load(wrows[g], _I8, builder.mul(b, const(32)), n, 1)
-                    u = padded(u, 64) if tail else u
-                u = emit.row(u)
-                # the row's scales in every lane (sub16: a block's first in its lanes 0-3, second in 4-7), built
-                # once per row and pair; a chain's scale d * dx is then one vector multiply
-                dg = _spread(builder, floats(drows[g], first_sub, 2 * per_block, tail, half))
-                mg = _place(builder, floats(mrows[g], first_sub, 2 * per_block, tail, half)) if offsets else None
+                dg = lanes(dr[g], s, scale_ty, half)
+                mg = lanes(mr[g], s, scale_ty, half) if offsets else None
                 for k in range(tokens):
-                    isum = emit.dot(u, xs[k])
-                    acc = builder.call(fma, [builder.sitofp(isum, _V16F32), builder.fmul(dg, dxs[k]), accs[g, k]])
+                    acc = builder.call(fma, [builder.sitofp(ints[g, k], _V16F32), builder.fmul(dg, dxs[k]), accs[g, k]])
                     new[g, k] = builder.call(fma, [mg, Xs[k], acc]) if offsets else acc
             return new
 
-        pairs = builder.ashr(blocks, one)
+        chains = [(g, k) for g in range(group) for k in range(tokens)]
+        zero = const(0)
         entry = builder.block
-        loop = builder.append_basic_block("vnni.loop")
-        after = builder.append_basic_block("vnni.after")
-        tail = builder.append_basic_block("vnni.tail")
-        done = builder.append_basic_block("vnni.done")
-        builder.cbranch(builder.icmp_signed(">", pairs, zero), loop, after)
+        loop = builder.append_basic_block("sets.loop")
+        after = builder.append_basic_block("sets.after")
+        builder.cbranch(builder.icmp_signed(">", full, zero), loop, after)
 
         builder.position_at_end(loop)
         p = builder.phi(_I64)
@@ -348,55 +445,66 @@ def _rows_codegen(isa: str, kind: str, sub16: bool, group: int, tokens: int, hal
         for c in chains:
             accs[c] = builder.phi(_V16F32)
             accs[c].add_incoming(ir.Constant(_V16F32, None), entry)
-        looped = step(builder.add(p, p), accs, tail=False)
-        p2 = builder.add(p, one)
+        looped = one_set(16, p, builder.mul(p, const(row_bytes(16))), builder.mul(p, const(16 * G)), accs)
+        p2 = builder.add(p, const(1))
         p.add_incoming(p2, builder.block)
         for c in chains:
             accs[c].add_incoming(looped[c], builder.block)
-        builder.cbranch(builder.icmp_signed("<", p2, pairs), loop, after)
+        builder.cbranch(builder.icmp_signed("<", p2, full), loop, after)
 
-        def merge(sources):  # every phi first: LLVM wants them at the top of the block
+        builder.position_at_end(after)
+        current = {}
+        for c in chains:  # every phi first: LLVM wants them at the top of the block
+            current[c] = builder.phi(_V16F32)
+            current[c].add_incoming(ir.Constant(_V16F32, None), entry)
+            current[c].add_incoming(looped[c], loop)
+        s, wpos, xpos = full, builder.mul(full, const(row_bytes(16))), builder.mul(full, const(16 * G))
+        for n in (8, 4, 2):  # the smaller sets, each present or not
+            if n * G < 64:
+                continue
+            present = builder.icmp_signed("!=", builder.and_(tails, const(n)), zero)
+            before = builder.block
+            body = builder.append_basic_block(f"sets.tail{n}")
+            join = builder.append_basic_block(f"sets.join{n}")
+            builder.cbranch(present, body, join)
+            builder.position_at_end(body)
+            got = one_set(n, s, wpos, xpos, current)
+            body_end = builder.block
+            builder.branch(join)
+            builder.position_at_end(join)
             merged = {}
             for c in chains:
                 merged[c] = builder.phi(_V16F32)
-                for values, block in sources:
-                    merged[c].add_incoming(values[c] if isinstance(values, dict) else values, block)
-            return merged
-
-        builder.position_at_end(after)
-        summed = merge([(ir.Constant(_V16F32, None), entry), (looped, loop)])
-        builder.cbranch(builder.trunc(builder.and_(blocks, one), _I1), tail, done)
-
-        builder.position_at_end(tail)
-        tailed = step(builder.sub(blocks, one), summed, tail=True)
-        tail_end = builder.block
-        builder.branch(done)
-
-        builder.position_at_end(done)
-        finals = merge([(summed, after), (tailed, tail_end)])
-        for (g, k), acc in finals.items():
-            builder.store(_hsum(builder, acc), builder.gep(orows[k], [builder.add(r0, const(g))]))
+                merged[c].add_incoming(current[c], before)
+                merged[c].add_incoming(got[c], body_end)
+            current = merged
+            step = lambda value, by: builder.select(present, builder.add(value, const(by)), value)  # noqa: E731, B023
+            s, wpos, xpos = step(s, 1), step(wpos, row_bytes(n)), step(xpos, n * G)
+        for (g, k), acc in current.items():
+            builder.store(_hsum(builder, acc), builder.gep(builder.bitcast(orows[k], _F32.as_pointer()), [builder.add(r0, const(g))]))
         return context.get_dummy_value()
 
     return codegen
 
 
-def _make_rows(isa: str, kind: str, sub16: bool, group: int, tokens: int, half: bool):
+def _make_tile(isa: str, kind: str, G: int, group: int, tokens: int, half: bool):
     @intrinsic
-    def rows(typingctx, w, r0, xq, t0, d, xd, m, X, out):
-        return types.none(w, r0, xq, t0, d, xd, m, X, out), _rows_codegen(isa, kind, sub16, group, tokens, half)
+    def tile(typingctx, w, r0, xi, t0, dl, dxl, ml, Xl, S, full, tails, out):
+        return types.none(w, r0, xi, t0, dl, dxl, ml, Xl, S, full, tails, out), _tile_codegen(isa, kind, G, group, tokens, half)
 
     # The linear kernels hold these in their closures, and numba's cache key hashes a closure's pickle,
     # which holds an intrinsic's uuid: a random one (numba's default) would miss the cache in every process.
-    rows._set_uuid(f"fak.vnni.rows:{isa}:{kind}{int(sub16)}{int(half)}:{group}x{tokens}")
-    return rows
+    tile._set_uuid(f"fak.vnni.sets:{isa}:{kind}{G}{int(half)}:{group}x{tokens}")
+    return tile
 
 
 PREFETCH_GROUPS = 2  # software prefetch distance, in groups of rows
-# (rows, tokens) per call when there are several tokens: independent accumulation chains keep the FMA
-# pipeline busy, and a row's unpacked bytes serve every token. AVX2 has 16 vector registers, not 32.
-TILES = {"avx512-vnni": (4, 4), "avx2": (2, 2)}
-# One kind per (layout, scales stored as half); each has intrinsics for a full tile, rows x 1 token, 1 x 1.
+# (rows, tokens) per tile when there are several tokens: independent chains keep the pipelines busy, and a
+# row's bytes serve every token. AVX2 has 16 vector registers, not 32. 16-element groups (4 vectors a set)
+# ran fastest with more rows than tokens (Intel Xeon, 2 threads: 8 x 2 0.6x the time of 4 x 4 on a
+# 640 x 2048 Q6_K-shaped matrix at 512 tokens).
+TILES = {"avx512-vnni": {32: (4, 4), 16: (8, 2)}, "avx2": {32: (2, 2), 16: (2, 2)}}
+# One kernel per (layout, scales stored as half); each has intrinsics for a full tile, rows x 1 token, 1 x 1.
 KINDS = [(layout, half) for layout in ("nib", "u8_32", "u8_16", "i8_32", "i8_16") for half in (False, True)]
 
 
@@ -435,49 +543,75 @@ def quantize_activations(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np
         _quantize_token(x[t], xq[t], xd[t], xs16[t])
 
 
-def _make_linear(isa: str, layout: str, half: bool):
-    group, tokens = TILES[isa]
-    kind, sub16 = layout.split("_")[0], layout.endswith("_16")  # "nib", "u8_32" -> "u8", "i8_16" -> "i8"
-    offsets = kind != "i8"  # signed bytes: a type without offsets
-    tile, rows_one, one_one = (_make_rows(isa, kind, sub16, g, t, half) for g, t in ((group, tokens), (group, 1), (1, 1)))
+@njit(fastmath=FAST, inline="always", cache=True)
+def _prep_token(x, G, src, base, vectors, block, group, xq, xd, xs16, xi, dxl, Xl, S):
+    """One token for the kernels: quantized (_quantize_token), interleaved as the rows are (xi), and its
+    lanes per set: dxl the scale of each lane's group, Xl the offsets' share (dx * sum(xq) of the group in
+    the lane that carries it), S each lane's sum of xq over the set (the running sums' start)."""
+    _quantize_token(x, xq, xd, xs16)
+    for p in range(src.shape[0]):
+        e = src[p]
+        xi[p] = xq[e] if e >= 0 else np.int8(0)
+    for s in range(base.shape[0]):
+        for lane in range(16):
+            S[s, lane] = 0
+        for v in range(vectors[s]):
+            for lane in range(16):
+                o = base[s] + v * 64 + 4 * lane
+                S[s, lane] += np.int32(xi[o]) + np.int32(xi[o + 1]) + np.int32(xi[o + 2]) + np.int32(xi[o + 3])
+        for lane in range(16):
+            b = block[s, lane]
+            dxl[s, lane] = xd[b] if b >= 0 else np.float32(0.0)
+            g = group[s, lane]
+            if g < 0:
+                Xl[s, lane] = np.float32(0.0)
+            elif G == 16:
+                Xl[s, lane] = xs16[g]
+            else:
+                Xl[s, lane] = xs16[2 * g] + xs16[2 * g + 1]
 
-    def linear(u, d, m, x, out):
-        """Weights u (R, subs, bytes) with scales d and offsets m (R, subs; both half bits or float32) x activations x (T, K)
-        f32, quantized here to int8 -> out (T, R): a tile of rows x tokens at a time through the
-        intrinsics, the offsets' share included (none for "i8").
-        Every output element comes from its own (row, token) computation (see _rows_codegen), whatever
-        the grouping."""
+
+def _make_linear(isa: str, layout: str, half: bool):
+    kind = layout.split("_")[0]  # "nib", "u8_32" -> "u8", "i8_16" -> "i8"
+    G = 16 if layout.endswith("_16") else 32
+    group, tokens = TILES[isa][G]
+    tile, rows_one, one_one = (_make_tile(isa, kind, G, g, t, half) for g, t in ((group, tokens), (group, 1), (1, 1)))
+
+    def linear(w, dl, ml, x, tables, full, tails, out):
+        """Interleaved weight rows w (R, bytes) with scale and offset lanes dl, ml (R, sets, 16; half bits or
+        float32) x activations x (T, K) f32, quantized and interleaved here -> out (T, R): a tile of rows x
+        tokens at a time through the intrinsics, the offsets' share included (none for "i8"). tables, full,
+        tails: Sets.of(K, G). Every output element comes from its own (row, token) computation (see
+        _tile_codegen), whatever the grouping."""
+        src, base, vectors, block, group_of = tables
         T, K = x.shape
+        sets = base.shape[0]
         xq = np.empty((T, K), np.int8)
         xd = np.empty((T, K // 32), np.float32)
         xs16 = np.empty((T, K // 16), np.float32)
+        xi = np.empty((T, src.shape[0]), np.int8)
+        dxl = np.empty((T, sets, 16), np.float32)
+        Xl = np.empty((T, sets, 16), np.float32)
+        S = np.empty((T, sets, 16), np.int32)
         if T >= 8:  # tokens are independent: a prefill's split between threads
             for t in prange(T):
-                _quantize_token(x[t], xq[t], xd[t], xs16[t])
+                _prep_token(x[t], G, src, base, vectors, block, group_of, xq[t], xd[t], xs16[t], xi[t], dxl[t], Xl[t], S[t])
         else:  # a few decode rows: not worth waking the threads twice
             for t in range(T):
-                _quantize_token(x[t], xq[t], xd[t], xs16[t])
-        if sub16 or not offsets:
-            X = xs16
-        else:  # per 32-element sub-block
-            X = np.empty((T, K // 32), np.float32)
-            for t in range(T):
-                for b in range(K // 32):
-                    X[t, b] = xs16[t, 2 * b] + xs16[t, 2 * b + 1]
-        R = u.shape[0]
-        rows = u.reshape(R, u.shape[1] * u.shape[2])
+                _prep_token(x[t], G, src, base, vectors, block, group_of, xq[t], xd[t], xs16[t], xi[t], dxl[t], Xl[t], S[t])
+        R = w.shape[0]
         for g in prange((R + group - 1) // group):
             r0 = g * group
             if r0 + group <= R:
-                full = T - T % tokens
-                for t in range(0, full, tokens):
-                    tile(rows, r0, xq, t, d, xd, m, X, out)
-                for t in range(full, T):
-                    rows_one(rows, r0, xq, t, d, xd, m, X, out)
+                whole = T - T % tokens
+                for t in range(0, whole, tokens):
+                    tile(w, r0, xi, t, dl, dxl, ml, Xl, S, full, tails, out)
+                for t in range(whole, T):
+                    rows_one(w, r0, xi, t, dl, dxl, ml, Xl, S, full, tails, out)
             else:
                 for r in range(r0, R):
                     for t in range(T):
-                        one_one(rows, r, xq, t, d, xd, m, X, out)
+                        one_one(w, r, xi, t, dl, dxl, ml, Xl, S, full, tails, out)
 
     # numba's on-disk cache is indexed by a function's qualified name and line: each variant gets its own
     # name, so no variant can ever be served another's compiled code.

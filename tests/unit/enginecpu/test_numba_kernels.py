@@ -166,25 +166,43 @@ def nb8(request):
 
 @pytest.mark.parametrize("kind", ["nib", "u8", "i8"])
 def test_int8_lanes_are_exact_integer_dot_products(nb8, kind):
-    """Each path's 8 lanes per 32-byte block are the sums of 4 adjacent w x xq products (vpdpbusd's lanes),
-    exactly, including the worst cases for AVX2's saturating 16-bit pair sums (u = 255, w = -128 against
-    +-127), for 4-bit values, unsigned bytes and signed bytes."""
+    """Each path's 16 lanes per 64-byte vector are the sums of 4 adjacent w x xq products (vpdpbusd's lanes),
+    exactly, with the running sum started as the kernels start it (the signed bytes' and AVX2's unsigned
+    bytes' correction), including the worst cases for AVX2's saturating 16-bit pair sums (u = 255, w = -128
+    against +-127), for 4-bit values, unsigned bytes and signed bytes."""
     lo, top = {"nib": (0, 16), "u8": (0, 256), "i8": (-128, 128)}[kind]
     dtype = np.int8 if kind == "i8" else np.uint8
     uu, xx = np.meshgrid(np.arange(lo, top), np.arange(-127, 128), indexing="ij")  # every (w, x), 4 per lane
-    u = np.repeat(uu.reshape(-1, 1), 32, 1).astype(dtype)
-    x = np.repeat(xx.reshape(-1, 1), 32, 1).astype(np.int8)
+    u = np.repeat(uu.reshape(-1, 1), 64, 1).astype(dtype)
+    x = np.repeat(xx.reshape(-1, 1), 64, 1).astype(np.int8)
     rng = np.random.default_rng(7)
-    u = np.concatenate([u, rng.integers(lo, top, (4096, 32)).astype(dtype)])
-    x = np.concatenate([x, rng.integers(-127, 128, (4096, 32)).astype(np.int8)])
-    lanes = np.empty((len(u), 8), np.int32)
+    u = np.concatenate([u, rng.integers(lo, top, (4096, 64)).astype(dtype)])
+    x = np.concatenate([x, rng.integers(-127, 128, (4096, 64)).astype(np.int8)])
+    lanes = np.empty((len(u), 16), np.int32)
     vnni.lane_kernel(nb8.isa, kind)(u, x, lanes)
-    np.testing.assert_array_equal(lanes, (u.astype(np.int32) * x).reshape(-1, 8, 4).sum(-1))
+    np.testing.assert_array_equal(lanes, (u.astype(np.int32) * x).reshape(-1, 16, 4).sum(-1))
+
+
+@pytest.mark.parametrize("groups,G", [(20, 32), (17, 32), (18, 32), (64, 32), (16, 16), (48, 16), (12, 16)])
+@pytest.mark.parametrize("nibbles", [False, True])
+def test_interleaved_sets_round_trip(groups, G, nibbles):
+    """The int8 path's layout: a row's groups as sets of 16, 8, 4, 2 (padded), every value once, and back."""
+    rng = np.random.default_rng(groups)
+    q = rng.integers(0, 16 if nibbles else 256, (3, groups, G)).astype(np.uint8)
+    sizes = vnni.set_sizes(groups, G)
+    assert sum(sizes) >= groups and sum(sizes) - groups < 64 // G and all(n * G >= 64 for n in sizes)
+    b = vnni.interleave(q, nibbles)
+    assert b.shape == (3, sum(sizes) * G // (2 if nibbles else 1))
+    np.testing.assert_array_equal(vnni.deinterleave(b, groups, G, nibbles), q)
+    d = rng.standard_normal((3, groups)).astype(np.float32)
+    for spread in (True, False):
+        np.testing.assert_array_equal(vnni.unlanes(vnni.lanes_of(d, G, spread), groups, G), d)
 
 
 def columns(qtype: str) -> list[int]:
-    """512, and for the 32-element types 544 too: an odd count of blocks, whose last the kernels take alone."""
-    return [512] + ([544] if layout(qtype).block_size == 32 else [])
+    """512, and for the 32-element types 544 and 640 too: an odd count of blocks (padded with a zero one),
+    and 20 blocks (a set of 16 and one of 4, Gemma-3's rows)."""
+    return [512] + ([544, 640] if layout(qtype).block_size == 32 else [])
 
 
 @pytest.mark.parametrize("qtype,cols", [(q, c) for q in INTEGER_TYPES for c in columns(q)])
