@@ -217,24 +217,43 @@ def _lane_map(n: int, G: int) -> tuple[np.ndarray, np.ndarray]:
 
 def interleave(q: np.ndarray, nibbles: bool) -> np.ndarray:
     """(R, groups, G) values (0..15 with `nibbles`, else bytes of any 8-bit dtype) -> (R, bytes) in set
-    order, same dtype (4-bit values packed: uint8)."""
+    order, same dtype (4-bit values packed: uint8). Compiled (rows split between threads): a model's
+    embedding table passes through here at load."""
     R, groups, G = q.shape
-    sizes = set_sizes(groups, G)
-    if sum(sizes) > groups:
-        q = np.concatenate([q, np.zeros((R, sum(sizes) - groups, G), q.dtype)], axis=1)
-    out, g0 = [], 0
-    for n in sizes:
-        group, element = _lane_map(n, G)
-        vectors = q[:, g0 + group, element].reshape(R, -1, 64)
-        if nibbles:
-            vectors = vectors.astype(np.uint8)
-            if vectors.shape[1] == 1:  # one vector: its 64 values into 32 bytes
-                vectors = vectors[:, :, :32] | (vectors[:, :, 32:] << 4)
-            else:  # two vectors into one: the first in the low nibbles, the second in the high
-                vectors = vectors[:, 0::2] | (vectors[:, 1::2] << 4)
-        out.append(vectors.reshape(R, -1))
-        g0 += n
-    return np.ascontiguousarray(np.concatenate(out, axis=1))
+    sets = Sets.of(groups * G, G)
+    src, base, vectors = sets.tables[:3]
+    values = np.empty((R, src.shape[0]), np.uint8 if nibbles else q.dtype)
+    _gather_rows(np.ascontiguousarray(q.reshape(R, groups * G)), src, values)
+    if not nibbles:
+        return values
+    packed = np.empty((R, src.shape[0] // 2), np.uint8)
+    _pack_sets(values, base, vectors, packed)
+    return packed
+
+
+@njit(parallel=True, cache=True)
+def _gather_rows(q: np.ndarray, src: np.ndarray, out: np.ndarray) -> None:
+    """out[r, p] = q[r, src[p]] (0 where src is -1, padding)."""
+    for r in prange(q.shape[0]):
+        for p in range(src.shape[0]):
+            e = src[p]
+            out[r, p] = q[r, e] if e >= 0 else 0
+
+
+@njit(parallel=True, cache=True)
+def _pack_sets(values: np.ndarray, base: np.ndarray, vectors: np.ndarray, out: np.ndarray) -> None:
+    """4-bit values in set order -> two vectors a 64-byte stretch (low nibbles the first, high the second);
+    a one-vector set's 64 values into 32 bytes (low the first 32, high the rest)."""
+    for r in prange(values.shape[0]):
+        for s in range(base.shape[0]):
+            b = base[s]
+            if vectors[s] == 1:
+                for i in range(32):
+                    out[r, b // 2 + i] = values[r, b + i] | (values[r, b + 32 + i] << 4)
+            else:
+                for p in range(vectors[s] // 2):
+                    for i in range(64):
+                        out[r, b // 2 + 64 * p + i] = values[r, b + 128 * p + i] | (values[r, b + 128 * p + 64 + i] << 4)
 
 
 def deinterleave(b: np.ndarray, groups: int, G: int, nibbles: bool) -> np.ndarray:
