@@ -179,7 +179,7 @@ class NumbaBackend:
     rope_features = frozenset({"partial", "attention_factor"})  # fakcore/engine/backend.py; RopeTable, kernels.rope
     attention_features = frozenset({"alibi", "sinks"})  # attention._attend
     recurrent_features = frozenset({"gated_deltanet"})  # activations are host arrays (fakcore/engine/deltanet.py)
-    isa = ""  # the int8 path's instructions ("avx512-vnni" | "avx2"); empty for f32 activations
+    isa = ""  # the int8 path's instructions ("avx512-vnni" | "avx-vnni" | "avx2"); empty for f32 activations
 
     def __init__(self, threads: int = 0, activations: str = "f32", isa: str = ""):
         """isa: force an int8 path (vnni.ISAS), for tests and benchmarks; empty: the best this CPU has."""

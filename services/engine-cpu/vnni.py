@@ -29,8 +29,10 @@ instruction sets, and a (row, token) pair's operations and their order depend ne
 and tokens share its tile nor on the batch: the kernels are batch-invariant, and both paths give the same
 bits. (Rounding differs from the f32 path: activations are rounded to 8 bits.)
 
-Two instruction sets compute the lanes (ISAS; the backend picks the best one the CPU has):
+Three instruction sets compute the lanes (ISAS; the backend picks the best one the CPU has):
 - "avx512-vnni": one 512-bit `vpdpbusd` per vector;
+- "avx-vnni": two 256-bit `vpdpbusd`s (the VEX-encoded AVX-VNNI of CPUs with VNNI but no AVX-512: Alder Lake
+  and later client cores, Zen 5 parts that fuse AVX-512 off, ...);
 - "avx2": `vpmaddubsw` (pairs of unsigned x signed byte products -> 16 bits, saturating) then `vpmaddwd`
   by ones (pairs of those -> 32 bits), arranged so that nothing saturates (see _Avx2). It also serves
   AVX-512 CPUs without VNNI.
@@ -49,7 +51,7 @@ from numba.extending import intrinsic
 from fak_engine_cpu.kernels import FAST
 
 # The int8 paths, best first, and the CPU features (LLVM's names) each needs.
-ISAS = {"avx512-vnni": ("avx512vnni", "avx512vl"), "avx2": ("avx2", "fma", "f16c")}
+ISAS = {"avx512-vnni": ("avx512vnni", "avx512vl"), "avx-vnni": ("avxvnni", "avx2", "fma", "f16c"), "avx2": ("avx2", "fma", "f16c")}
 REQUIRED = ISAS["avx512-vnni"]
 
 
@@ -152,7 +154,33 @@ class _Avx2:
         return self.builder.add(acc, self.builder.shuffle_vector(lanes[0], lanes[1], _indices(range(16))))
 
 
-EMITTERS = {"avx512-vnni": _Vnni, "avx2": _Avx2}
+class _AvxVnni(_Avx2):
+    """vpdpbusd's lanes with 256-bit `vpdpbusd`s, one per 32-byte half (AVX-VNNI: the same instruction as
+    _Vnni's at half the width, VEX-encoded where the CPU has no AVX-512). Signed weights as _Vnni takes
+    them: w xor 0x80, the running sum started at -128 * S."""
+
+    START = _Vnni.START
+
+    def __init__(self, builder: ir.IRBuilder, kind: str):
+        super().__init__(builder, kind)
+        self.vpdpbusd = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.256",
+                                                         fnty=ir.FunctionType(_V8I32, [_V8I32, _V8I32, _V8I32]))
+
+    def token(self, x: ir.Value):
+        return [self.builder.bitcast(half, _V8I32) for half in self._halves(x)]
+
+    def row(self, u: ir.Value):
+        if self.kind == "i8":
+            u = self.builder.xor(u, ir.Constant(_V64I8, [-128] * 64))
+        return [self.builder.bitcast(half, _V8I32) for half in self._halves(u)]
+
+    def dot(self, acc: ir.Value, row, token) -> ir.Value:
+        accs = [self.builder.shuffle_vector(acc, acc, _indices(range(h * 8, h * 8 + 8))) for h in range(2)]
+        lanes = [self.builder.call(self.vpdpbusd, [a, u, x]) for a, u, x in zip(accs, row, token, strict=True)]
+        return self.builder.shuffle_vector(lanes[0], lanes[1], _indices(range(16)))
+
+
+EMITTERS = {"avx512-vnni": _Vnni, "avx-vnni": _AvxVnni, "avx2": _Avx2}
 
 
 def _indices(values) -> ir.Constant:
@@ -522,7 +550,7 @@ PREFETCH_GROUPS = 2  # software prefetch distance, in groups of rows
 # row's bytes serve every token. AVX2 has 16 vector registers, not 32. 16-element groups (4 vectors a set)
 # ran fastest with more rows than tokens (Intel Xeon, 2 threads: 8 x 2 0.6x the time of 4 x 4 on a
 # 640 x 2048 Q6_K-shaped matrix at 512 tokens).
-TILES = {"avx512-vnni": {32: (4, 4), 16: (8, 2)}, "avx2": {32: (2, 2), 16: (2, 2)}}
+TILES = {"avx512-vnni": {32: (4, 4), 16: (8, 2)}, "avx-vnni": {32: (2, 2), 16: (2, 2)}, "avx2": {32: (2, 2), 16: (2, 2)}}
 # One kernel per (layout, scales stored as half); each has intrinsics for a full tile, rows x 1 token, 1 x 1.
 KINDS = [(layout, half) for layout in ("nib", "u8_32", "u8_16", "i8_32", "i8_16") for half in (False, True)]
 
@@ -634,7 +662,7 @@ def _make_linear(isa: str, layout: str, half: bool):
 
     # numba's on-disk cache is indexed by a function's qualified name and line: each variant gets its own
     # name, so no variant can ever be served another's compiled code.
-    linear.__name__ = linear.__qualname__ = f"linear_{'' if isa == 'avx512-vnni' else isa + '_'}{layout}_{'f16' if half else 'f32'}"
+    linear.__name__ = linear.__qualname__ = f"linear_{'' if isa == 'avx512-vnni' else isa.replace('-', '_') + '_'}{layout}_{'f16' if half else 'f32'}"
     return njit(parallel=True, cache=True)(linear)
 
 

@@ -134,12 +134,17 @@ def test_int8_path_is_chosen_from_the_cpu_and_a_forced_one_it_lacks_is_an_error(
         if isa not in INT8_PATHS:
             with pytest.raises(BackendError, match=f"{isa} int8 path needs CPU features {vnni.missing_features(isa)[0]}"):
                 NumbaBackend(activations="int8", isa=isa)
-    # the same on a CPU without VNNI, whatever this one has: the AVX2 path chosen, VNNI forced an error
-    lacks_vnni = {"avx512-vnni": ["avx512vnni"], "avx2": []}
-    monkeypatch.setattr(vnni, "missing_features", lambda isa="avx512-vnni": lacks_vnni[isa])
-    assert NumbaBackend(activations="int8").isa == "avx2"
-    with pytest.raises(BackendError, match="avx512-vnni int8 path needs CPU features avx512vnni"):
-        NumbaBackend(activations="int8", isa="avx512-vnni")
+    # the same on CPUs with less, whatever this one has: AVX-VNNI without AVX-512 (a client core), then
+    # neither VNNI: the best path left chosen, a better one forced an error
+    cpus = [({"avx512-vnni": ["avx512vnni"], "avx-vnni": [], "avx2": []}, "avx-vnni"),
+            ({"avx512-vnni": ["avx512vnni"], "avx-vnni": ["avxvnni"], "avx2": []}, "avx2")]
+    for lacks, best in cpus:
+        monkeypatch.setattr(vnni, "missing_features", lambda isa="avx512-vnni", lacks=lacks: lacks[isa])
+        assert NumbaBackend(activations="int8").isa == best
+        with pytest.raises(BackendError, match="avx512-vnni int8 path needs CPU features avx512vnni"):
+            NumbaBackend(activations="int8", isa="avx512-vnni")
+    with pytest.raises(BackendError, match="avx-vnni int8 path needs CPU features avxvnni"):
+        NumbaBackend(activations="int8", isa="avx-vnni")
     with pytest.raises(BackendError, match="int8 paths are"):
         NumbaBackend(activations="int8", isa="sse2")
     with pytest.raises(BackendError, match="activations"):
