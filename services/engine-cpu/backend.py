@@ -220,6 +220,7 @@ class NumbaBackend:
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
         self.threads = numba.get_num_threads()
         self._resident: dict[tuple, Any] = {}
+        self._attention_lines: tuple | None = None  # (segments, layer, table): see attention
 
     def bind(self) -> None:
         """Give the calling thread this backend's thread count: numba's is per thread, and the scheduler
@@ -404,16 +405,28 @@ class NumbaBackend:
 
     def attention(self, q, k_pre, k, v, segments: list[Segment], layer: int, window: int, scale: float,
                   softcap: float, alibi: np.ndarray | None = None, sinks: np.ndarray | None = None) -> np.ndarray:
-        """Every segment's rows in one kernel call: the kernel stores them in their caches and attends."""
-        lines = []
-        for seg in segments:
-            cache: NumbaKVCache = seg.cache
-            if cache.shape[1:] != k.shape[1:] or layer >= cache.shape[0]:  # the kernel writes by address: no stray shapes
-                raise BackendError(f"attention: cache of shape {cache.shape} for layer {layer}, rows {k.shape[1:]}")
-            cache.reserve(cache.length + seg.rows.stop - seg.rows.start)
-            lines.append((*cache.addresses, cache.length, seg.rows.start, seg.rows.stop))
+        """Every segment's rows in one kernel call: the kernel stores them in their caches and attends.
+
+        The kernel's table of caches is built (shapes checked, caches reserved) at a forward pass's first
+        attention layer and reused by its later ones: the same segments list at a higher layer is the same
+        pass, whose caches neither grow nor move before it commits (a decode step of 16 sequences spent
+        ~15 us a layer building it). Any other call builds it afresh."""
+        last = self._attention_lines
+        if last is not None and last[0] is segments and layer > last[1]:
+            lines = last[2]
+        else:
+            rows = []
+            for seg in segments:
+                cache: NumbaKVCache = seg.cache
+                if cache.shape[1:] != k.shape[1:] or layer >= cache.shape[0]:  # the kernel writes by address: no stray shapes
+                    raise BackendError(f"attention: cache of shape {cache.shape} for layer {layer}, rows {k.shape[1:]}")
+                cache.reserve(cache.length + seg.rows.stop - seg.rows.start)
+                rows.append((*cache.addresses, cache.length, seg.rows.start, seg.rows.stop))
+            lines = np.array(rows, np.int64)
+        # held to the pass's last layer only (it holds the segments, so their caches)
+        self._attention_lines = None if layer >= segments[0].cache.shape[0] - 1 else (segments, layer, lines)
         out = np.empty_like(q)
-        self._attend(q, k_pre, k, v, np.array(lines, np.int64), layer, int(window), np.float32(scale),
+        self._attend(q, k_pre, k, v, lines, layer, int(window), np.float32(scale),
                          np.float32(softcap), _NO_ALIBI if alibi is None else np.ascontiguousarray(alibi, np.float32),
                          _NO_ALIBI if sinks is None else np.ascontiguousarray(sinks, np.float32), out)
         return out

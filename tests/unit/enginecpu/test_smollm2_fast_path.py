@@ -52,3 +52,19 @@ def test_prefill_is_chunk_invariant_on_real_weights(models):
     n = len(ids)
     assert np.array_equal(a, b)
     assert np.array_equal(whole.k[:, :, :n], pieces.k[:, :, :n]) and np.array_equal(whole.v[:, :, :n], pieces.v[:, :, :n])
+
+
+def test_attention_table_is_rebuilt_for_each_pass_even_on_the_same_segments_list(models):
+    """The numba backend builds its table of caches at a pass's first attention layer and reuses it for the
+    later ones (backend.attention). A caller that passes one list object to consecutive forward passes (the
+    caches grew in between) must get what fresh lists give."""
+    _, nb = models
+    tf = nb.transformer
+    ids, rows = np.array([1, 2, 3, 4, 5], np.int64), np.array([2, 4], np.int64)
+    a, b = tf.new_cache(), tf.new_cache()
+    same = [Segment(a, slice(0, 3)), Segment(b, slice(3, 5))]
+    got = [tf.forward(ids + step, same, rows) for step in range(3)]
+    a, b = tf.new_cache(), tf.new_cache()
+    want = [tf.forward(ids + step, [Segment(a, slice(0, 3)), Segment(b, slice(3, 5))], rows) for step in range(3)]
+    for step in range(3):
+        assert np.array_equal(got[step], want[step]), step
