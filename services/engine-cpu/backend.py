@@ -61,8 +61,8 @@ class QMatrix:
 
     On the int8 path (group = G, the sub-block size, 16 or 32) the same values are stored for its kernels:
     q (rows, bytes) in vnni.py's interleaved set order (4-bit values still two to a byte), scale and offset
-    (rows, sets, 16) per set and lane (vnni.lanes_of), cols the row length; `natural` gives the rows back
-    in the layout above."""
+    (rows, sets, 16) per set and lane (vnni.lanes_of), cols the row length (vnni.embed_rows reads rows
+    back)."""
 
     q: np.ndarray
     scale: np.ndarray  # (rows, subs) float32, or half bits (uint16) on the int8 path where exact
@@ -85,18 +85,6 @@ class QMatrix:
     @property
     def shape(self) -> tuple[int, int]:
         return (self.q.shape[0], self.cols) if self.group else (self.q.shape[0], self.q.shape[1] * self.sub)
-
-    def natural(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rows of an interleaved (int8 path) matrix as values (n, subs, sub), scales and offsets (n, subs)
-        float32: what the embedding lookup reads."""
-        from fak_engine_cpu import vnni
-
-        groups = self.cols // self.group
-        q = vnni.deinterleave(self.q[rows], groups, self.group, self.nibbles)
-        scale = vnni.unlanes(_as_float(self.scale[rows]), groups, self.group)
-        offset = (np.zeros_like(scale) if self.offset is None
-                  else vnni.unlanes(np.ascontiguousarray(self.offset[rows]), groups, self.group))
-        return np.ascontiguousarray(q), np.ascontiguousarray(scale), np.ascontiguousarray(offset)
 
 
 def _as_half_if_exact(values: np.ndarray) -> np.ndarray:
@@ -308,7 +296,9 @@ class NumbaBackend:
             out = np.empty((len(ids), table.shape[1]), np.float32)
             rows = np.arange(len(ids), dtype=np.int64)
             if table.group:  # int8 path: the rows asked for, back in natural order
-                self.k.embed_q(*table.natural(ids), rows, np.float32(scale), out)
+                m = np.zeros(table.scale.shape[1:], np.float32)[None].repeat(len(ids), 0) if table.offset is None else table.offset[ids]
+                self.vnni.embed_rows(table.q[ids], _as_float(table.scale[ids]), np.ascontiguousarray(m, np.float32),
+                                     table.cols, table.group, table.nibbles, scale, out)
             else:
                 q, sc, off = table.q[ids], _as_float(table.scale[ids]), _offsets(table, ids)  # the rows asked for
                 (self.k.embed_q4 if table.nibbles else self.k.embed_q)(q, sc, off, rows, np.float32(scale), out)

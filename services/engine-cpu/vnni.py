@@ -358,6 +358,23 @@ class Sets:
             group[s, :n] = np.where((g0 + lane[:n]) * G < K, g0 + lane[:n], -1)
             g0 += n
         self.tables = (np.concatenate(src).astype(np.int32), np.array(base, np.int64), np.array(vectors, np.int64), block, group)
+        # for reading rows back (embed_rows): each group's set and lane, and where each interleaved value's
+        # 4 bits sit when packed (byte, shift)
+        self.group_set = np.repeat(np.arange(len(sizes)), sizes).astype(np.int64)
+        self.group_lane = np.concatenate([np.arange(n) for n in sizes]).astype(np.int64)
+        nibble_byte, nibble_shift = [], []
+        for b0, nv in zip(base, vectors, strict=True):
+            p = np.arange(nv * 64)
+            v, within = p // 64, p % 64
+            if nv == 1:
+                nibble_byte.append(b0 // 2 + within % 32)
+                nibble_shift.append(4 * (within >= 32))
+            else:
+                nibble_byte.append(b0 // 2 + 64 * (v // 2) + within)
+                nibble_shift.append(4 * (v % 2))
+        self.nibble_byte = np.concatenate(nibble_byte).astype(np.int64)
+        self.nibble_shift = np.concatenate(nibble_shift).astype(np.int64)
+        self.G = G
 
     @classmethod
     def of(cls, K: int, G: int) -> Sets:
@@ -365,6 +382,32 @@ class Sets:
         if key not in cls._known:
             cls._known[key] = cls(K, G)
         return cls._known[key]
+
+
+@njit(fastmath=FAST, cache=True)
+def _embed_rows(q: np.ndarray, d: np.ndarray, m: np.ndarray, src: np.ndarray, byte: np.ndarray, shift: np.ndarray,
+                nibbles: bool, group_set: np.ndarray, group_lane: np.ndarray, G: int, mult: np.float32, out: np.ndarray) -> None:
+    """Interleaved rows q (n, bytes) with their scale and offset lanes d, m (n, sets, 16) float32 -> out (n, K)
+    dequantized in natural order (value * d + m, times mult), as kernels.embed_q computes a natural row."""
+    for t in range(q.shape[0]):
+        for p in range(src.shape[0]):
+            e = src[p]
+            if e < 0:
+                continue
+            v = np.float32((q[t, byte[p]] >> shift[p]) & 15) if nibbles else np.float32(q[t, p])
+            g = e // G
+            out[t, e] = v * d[t, group_set[g], group_lane[g]] + m[t, group_set[g], group_lane[g]]
+        if mult != np.float32(1.0):
+            for k in range(out.shape[1]):
+                out[t, k] *= mult
+
+
+def embed_rows(q: np.ndarray, d: np.ndarray, m: np.ndarray, K: int, G: int, nibbles: bool, mult: float, out: np.ndarray) -> None:
+    """Rows of an interleaved matrix (already gathered: q (n, bytes), d and m (n, sets, 16) float32) back to
+    their values: the embedding lookup on the int8 path, one decode step's single row in a few µs."""
+    sets = Sets.of(K, G)
+    _embed_rows(q, d, m, sets.tables[0], sets.nibble_byte, sets.nibble_shift, nibbles, sets.group_set, sets.group_lane,
+                G, np.float32(mult), out)
 
 
 # ---------------------------------------------------------------------------------------------------------
