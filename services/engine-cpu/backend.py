@@ -39,7 +39,7 @@ NIBBLE_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q4_G")  # 4-bit values: kept two to a b
 ACTIVATIONS = ("auto", "f32", "int8")
 
 log = logging.getLogger("fak.engine-cpu")
-_NO_OFFSETS = np.zeros((0, 0, 16), np.float32)  # what an int8 kernel of a type without offsets gets (and ignores)
+_NO_OFFSETS = np.zeros((0, 0), np.float32)  # what an int8 kernel of a type without offsets gets (and ignores)
 _NO_BIAS = np.zeros((0, 0), np.float32)  # what the layernorm kernel gets for a norm without bias
 _NO_ALIBI = np.zeros(0, np.float32)  # what the attention kernel gets without ALiBi
 
@@ -61,8 +61,8 @@ class QMatrix:
 
     On the int8 path (group = G, the sub-block size, 16 or 32) the same values are stored for its kernels:
     q (rows, bytes) in vnni.py's interleaved set order (4-bit values still two to a byte), scale and offset
-    (rows, sets, 16) per set and lane (vnni.lanes_of), cols the row length (vnni.embed_rows reads rows
-    back)."""
+    (rows, groups) with zeros for the sets' padding groups (vnni.padded_groups), cols the row length
+    (vnni.embed_rows reads rows back)."""
 
     q: np.ndarray
     scale: np.ndarray  # (rows, subs) float32, or half bits (uint16) on the int8 path where exact
@@ -252,8 +252,8 @@ class NumbaBackend:
                     raise BackendError(f"{t.source}: tensor {t.name!r}: {t.qtype} has {sub}-element sub-blocks; "
                                        "the int8 path takes 16 or 32")
                 v = self.vnni
-                return QMatrix(v.interleave(q, layout == "nib"), v.lanes_of(_as_half_if_exact(scale), sub, True),
-                               v.lanes_of(offset, sub, False) if offset.any() else None, t.qtype, layout, t.columns,
+                return QMatrix(v.interleave(q, layout == "nib"), v.padded_groups(_as_half_if_exact(scale), sub),
+                               v.padded_groups(offset, sub) if offset.any() else None, t.qtype, layout, t.columns,
                                group=sub, cols=subs * sub)
             w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale),
                         np.ascontiguousarray(offset) if offset.any() else None, t.qtype, layout, t.columns)
@@ -296,7 +296,7 @@ class NumbaBackend:
             out = np.empty((len(ids), table.shape[1]), np.float32)
             rows = np.arange(len(ids), dtype=np.int64)
             if table.group:  # int8 path: the rows asked for, back in natural order
-                m = np.zeros(table.scale.shape[1:], np.float32)[None].repeat(len(ids), 0) if table.offset is None else table.offset[ids]
+                m = np.zeros((len(ids), table.scale.shape[1]), np.float32) if table.offset is None else table.offset[ids]
                 self.vnni.embed_rows(table.q[ids], _as_float(table.scale[ids]), np.ascontiguousarray(m, np.float32),
                                      table.cols, table.group, table.nibbles, scale, out)
             else:

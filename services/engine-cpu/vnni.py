@@ -307,27 +307,12 @@ def deinterleave(b: np.ndarray, groups: int, G: int, nibbles: bool) -> np.ndarra
     return out[:, :groups]
 
 
-def lanes_of(values: np.ndarray, G: int, spread: bool) -> np.ndarray:
-    """Per-group values (R, groups) -> per set and lane (R, sets, 16). spread (scales): lane L holds group
-    L mod n's value, as every lane holds a part of that group's dot; else (offsets) the first n lanes hold
-    the set's groups, once each, and the rest zeros."""
+def padded_groups(values: np.ndarray, G: int) -> np.ndarray:
+    """Per-group scales or offsets (R, groups) -> (R, groups of the sets), zeros for the padding groups: the
+    kernels load a set's n values together and shuffle them into its lanes."""
     R, groups = values.shape
-    sizes = set_sizes(groups, G)
-    values = np.concatenate([values, np.zeros((R, sum(sizes) - groups), values.dtype)], axis=1)
-    out, g0 = np.zeros((R, len(sizes), 16), values.dtype), 0
-    for s, n in enumerate(sizes):
-        if spread:
-            out[:, s] = values[:, g0 + np.arange(16) % n]
-        else:
-            out[:, s, :n] = values[:, g0:g0 + n]
-        g0 += n
-    return out
-
-
-def unlanes(lanes: np.ndarray, groups: int, G: int) -> np.ndarray:
-    """lanes_of's inverse (either kind): (R, sets, 16) -> (R, groups)."""
-    sizes = set_sizes(groups, G)
-    return np.concatenate([lanes[:, s, :n] for s, n in enumerate(sizes)], axis=1)[:, :groups]
+    extra = sum(set_sizes(groups, G)) - groups
+    return np.ascontiguousarray(np.concatenate([values, np.zeros((R, extra), values.dtype)], axis=1) if extra else values)
 
 
 class Sets:
@@ -358,10 +343,7 @@ class Sets:
             group[s, :n] = np.where((g0 + lane[:n]) * G < K, g0 + lane[:n], -1)
             g0 += n
         self.tables = (np.concatenate(src).astype(np.int32), np.array(base, np.int64), np.array(vectors, np.int64), block, group)
-        # for reading rows back (embed_rows): each group's set and lane, and where each interleaved value's
-        # 4 bits sit when packed (byte, shift)
-        self.group_set = np.repeat(np.arange(len(sizes)), sizes).astype(np.int64)
-        self.group_lane = np.concatenate([np.arange(n) for n in sizes]).astype(np.int64)
+        # for reading rows back (embed_rows): where each interleaved value's 4 bits sit when packed (byte, shift)
         nibble_byte, nibble_shift = [], []
         for b0, nv in zip(base, vectors, strict=True):
             p = np.arange(nv * 64)
@@ -386,8 +368,8 @@ class Sets:
 
 @njit(fastmath=FAST, cache=True)
 def _embed_rows(q: np.ndarray, d: np.ndarray, m: np.ndarray, src: np.ndarray, byte: np.ndarray, shift: np.ndarray,
-                nibbles: bool, group_set: np.ndarray, group_lane: np.ndarray, G: int, mult: np.float32, out: np.ndarray) -> None:
-    """Interleaved rows q (n, bytes) with their scale and offset lanes d, m (n, sets, 16) float32 -> out (n, K)
+                nibbles: bool, G: int, mult: np.float32, out: np.ndarray) -> None:
+    """Interleaved rows q (n, bytes) with their scales and offsets d, m (n, groups) float32 -> out (n, K)
     dequantized in natural order (value * d + m, times mult), as kernels.embed_q computes a natural row."""
     for t in range(q.shape[0]):
         for p in range(src.shape[0]):
@@ -396,18 +378,17 @@ def _embed_rows(q: np.ndarray, d: np.ndarray, m: np.ndarray, src: np.ndarray, by
                 continue
             v = np.float32((q[t, byte[p]] >> shift[p]) & 15) if nibbles else np.float32(q[t, p])
             g = e // G
-            out[t, e] = v * d[t, group_set[g], group_lane[g]] + m[t, group_set[g], group_lane[g]]
+            out[t, e] = v * d[t, g] + m[t, g]
         if mult != np.float32(1.0):
             for k in range(out.shape[1]):
                 out[t, k] *= mult
 
 
 def embed_rows(q: np.ndarray, d: np.ndarray, m: np.ndarray, K: int, G: int, nibbles: bool, mult: float, out: np.ndarray) -> None:
-    """Rows of an interleaved matrix (already gathered: q (n, bytes), d and m (n, sets, 16) float32) back to
+    """Rows of an interleaved matrix (already gathered: q (n, bytes), d and m (n, groups) float32) back to
     their values: the embedding lookup on the int8 path, one decode step's single row in a few µs."""
     sets = Sets.of(K, G)
-    _embed_rows(q, d, m, sets.tables[0], sets.nibble_byte, sets.nibble_shift, nibbles, sets.group_set, sets.group_lane,
-                G, np.float32(mult), out)
+    _embed_rows(q, d, m, sets.tables[0], sets.nibble_byte, sets.nibble_shift, nibbles, G, np.float32(mult), out)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -430,8 +411,9 @@ def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bo
         out[t, r] = sum over sets s of  hsum16( float(i_rts) * (dl_rs * dxl_ts) + ml_rs * Xl_ts )
 
     with i_rts the set's integer lanes (START * S_ts, then one dot per vector). Arguments: w (R, bytes) the
-    interleaved rows, r0, xi (T, padded K) int8 interleaved activations, t0, dl / ml (R, sets, 16) the
-    rows' scale / offset lanes (half bits with `half`; ml unread for "i8"), dxl / Xl (T, sets, 16) float32
+    interleaved rows, r0, xi (T, padded K) int8 interleaved activations, t0, dl / ml (R, padded groups) the
+    rows' scales / offsets (half bits with `half`; ml unread for "i8"; a set's n values are loaded together
+    and shuffled into its 16 lanes: dl_rs, ml_rs below), dxl / Xl (T, sets, 16) float32
     and S (T, sets, 16) int32 the tokens' lanes, full and tails (Sets), out (T, R). Each (row, token) pair
     is its own chain of operations in a fixed order; chains are interleaved only to share loads (a row's
     bytes serve every token, a token's every row) and to hide latency, so any grouping gives the same bits.
@@ -468,12 +450,24 @@ def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bo
         def vload(ptr, offset, ty, n):  # n values of ty from byte `offset`
             return builder.load(builder.bitcast(builder.gep(ptr, [offset]), ir.VectorType(ty, n).as_pointer()), align=1)
 
+        def row_lanes(ptr, g0, n, spread):
+            """A row's scales (spread: lane L gets group g0 + L mod n's) or offsets (lanes < n get groups g0..,
+            the rest zeros) for the set of n groups from g0: n values loaded, then shuffled into 16 lanes."""
+            v = vload(ptr, builder.mul(g0, const(2 if half else 4)), scale_ty, n)
+            if half:
+                v = builder.fpext(builder.bitcast(v, ir.VectorType(ir.HalfType(), n)), ir.VectorType(_F32, n))
+            if n == 16:
+                return v
+            picks = [lane % n for lane in range(16)] if spread else [lane if lane < n else n for lane in range(16)]
+            return builder.shuffle_vector(v, ir.Constant(v.type, None), _indices(picks))
+
         def lanes(ptr, s, ty, f16=False):  # a set's 16 lanes of a lane table, as float32 (or int32) lanes
             v = vload(ptr, builder.mul(s, const(32 if f16 else 64)), ty, 16)
             return builder.fpext(builder.bitcast(v, ir.VectorType(ir.HalfType(), 16)), _V16F32) if f16 else v
 
-        def one_set(n, s, wpos, xpos, accs):
-            """The set s of n groups (row bytes from wpos, token bytes from xpos) into every chain's float lanes."""
+        def one_set(n, s, g0, wpos, xpos, accs):
+            """The set s of n groups from group g0 (row bytes from wpos, token bytes from xpos) into every chain's
+            float lanes."""
             vectors = n * G // 64
             # prefetch the same stretch of the rows PREFETCH_GROUPS groups of rows further down into L2
             # (prefetcht1): a core has few L1 miss buffers, and filling them with prefetches held a one-token
@@ -514,8 +508,8 @@ def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bo
             Xs = [lanes(Xr[k], s, _F32) for k in range(tokens)] if offsets else None
             new = {}
             for g in range(group):
-                dg = lanes(dr[g], s, scale_ty, half)
-                mg = lanes(mr[g], s, scale_ty, half) if offsets else None
+                dg = row_lanes(dr[g], g0, n, True)
+                mg = row_lanes(mr[g], g0, n, False) if offsets else None
                 for k in range(tokens):
                     acc = builder.call(fma, [builder.sitofp(ints[g, k], _V16F32), builder.fmul(dg, dxs[k]), accs[g, k]])
                     new[g, k] = builder.call(fma, [mg, Xs[k], acc]) if offsets else acc
@@ -535,7 +529,7 @@ def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bo
         for c in chains:
             accs[c] = builder.phi(_V16F32)
             accs[c].add_incoming(ir.Constant(_V16F32, None), entry)
-        looped = one_set(16, p, builder.mul(p, const(row_bytes(16))), builder.mul(p, const(16 * G)), accs)
+        looped = one_set(16, p, builder.mul(p, const(16)), builder.mul(p, const(row_bytes(16))), builder.mul(p, const(16 * G)), accs)
         p2 = builder.add(p, const(1))
         p.add_incoming(p2, builder.block)
         for c in chains:
@@ -548,7 +542,7 @@ def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bo
             current[c] = builder.phi(_V16F32)
             current[c].add_incoming(ir.Constant(_V16F32, None), entry)
             current[c].add_incoming(looped[c], loop)
-        s, wpos, xpos = full, builder.mul(full, const(row_bytes(16))), builder.mul(full, const(16 * G))
+        s, g0, wpos, xpos = full, builder.mul(full, const(16)), builder.mul(full, const(row_bytes(16))), builder.mul(full, const(16 * G))
         for n in (8, 4, 2):  # the smaller sets, each present or not
             if n * G < 64:
                 continue
@@ -558,7 +552,7 @@ def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bo
             join = builder.append_basic_block(f"sets.join{n}")
             builder.cbranch(present, body, join)
             builder.position_at_end(body)
-            got = one_set(n, s, wpos, xpos, current)
+            got = one_set(n, s, g0, wpos, xpos, current)
             body_end = builder.block
             builder.branch(join)
             builder.position_at_end(join)
@@ -569,7 +563,7 @@ def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bo
                 merged[c].add_incoming(got[c], body_end)
             current = merged
             step = lambda value, by: builder.select(present, builder.add(value, const(by)), value)  # noqa: E731, B023
-            s, wpos, xpos = step(s, 1), step(wpos, row_bytes(n)), step(xpos, n * G)
+            s, g0, wpos, xpos = step(s, 1), step(g0, n), step(wpos, row_bytes(n)), step(xpos, n * G)
         for (g, k), acc in current.items():
             builder.store(_hsum(builder, acc), builder.gep(builder.bitcast(orows[k], _F32.as_pointer()), [builder.add(r0, const(g))]))
         return context.get_dummy_value()
