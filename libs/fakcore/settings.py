@@ -94,7 +94,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     backend: Annotated[Literal["reference", "numba"], _doc("Engine numeric path: `numba` (the fast CPU path) or `reference` (numpy f32, the HuggingFace oracle's twin: slow).")] = "numba"
     threads: Annotated[int, _doc("Compute threads of the numba backend (0: all cores).")] = 0
     cuda_device: Annotated[int, _doc("engine-cuda: the GPU this worker serves, an index among those CUDA_VISIBLE_DEVICES shows (one worker per GPU; a container given one GPU: 0).")] = 0
-    activations: Annotated[Literal["auto", "f32", "int8"], _doc("numba backend: `auto` (the default: int8 where the CPU has an int8 path, else f32; the log, the heartbeat and the receipts' device name the choice), `int8` (int8 dot products with AVX-512 VNNI or AVX2, whichever the CPU has: as llama.cpp multiplies, faster decode, close to but not bit-equal with the reference), or `f32` (argmax-exact vs the reference).")] = "auto"
+    activations: Annotated[Literal["auto", "f32", "int8"], _doc("numba backend: `auto` (the default: int8 where the CPU has an int8 path, else f32; the log, the heartbeat and the receipts' device name the choice), `int8` (int8 dot products with AVX-512 VNNI, AVX-VNNI or AVX2, the best the CPU has: as llama.cpp multiplies, faster decode, close to but not bit-equal with the reference), or `f32` (argmax-exact vs the reference).")] = "auto"
     worker_id: Annotated[str, _doc("Engine worker name on the bus (default: host-pid).")] = ""
     max_sessions: Annotated[int, _doc("Sequences an engine worker decodes together (continuous batching width).")] = 16
     max_queue: Annotated[int, _doc("Requests an engine worker queues beyond `max_sessions` before refusing (overloaded).")] = 64

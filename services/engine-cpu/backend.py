@@ -9,7 +9,7 @@ multiply, chosen by `activations`:
   float activations; argmax-exact against the f32 reference.
 - "int8": vnni.py quantizes activations to int8 per 32-element block and multiplies bytes with integer
   dot products, as llama.cpp does: faster, and close to (not bit-equal with) the reference. The
-  instructions (`isa`: AVX-512 VNNI or AVX2) are the best the CPU has unless forced; both give the same bits.
+  instructions (`isa`: AVX-512 VNNI, AVX-VNNI or AVX2) are the best the CPU has unless forced; all give the same bits.
   Its matrices are stored in vnni.py's interleaved sets (a row's groups 16 to a vector's lanes), with
   their scales and offsets per set and lane.
 - "auto": int8 where the CPU runs an int8 path, else f32; the log says which. Not the default: on SmolLM2
