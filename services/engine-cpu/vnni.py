@@ -356,7 +356,6 @@ class Sets:
                 nibble_shift.append(4 * (v % 2))
         self.nibble_byte = np.concatenate(nibble_byte).astype(np.int64)
         self.nibble_shift = np.concatenate(nibble_shift).astype(np.int64)
-        self.G = G
 
     @classmethod
     def of(cls, K: int, G: int) -> Sets:
@@ -618,13 +617,6 @@ def _quantize_token(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np.ndar
             for j in range(16):
                 total += out[half * 16 + j]
             xs16[b * 2 + half] = d * np.float32(total)
-
-
-@njit(fastmath=FAST, cache=True)
-def quantize_activations(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np.ndarray) -> None:
-    """x (T, K) f32 -> xq (T, K) int8, xd (T, K/32), xs16 (T, K/16): _quantize_token for every token."""
-    for t in range(x.shape[0]):
-        _quantize_token(x[t], xq[t], xd[t], xs16[t])
 
 
 @njit(fastmath=FAST, inline="always", cache=True)
