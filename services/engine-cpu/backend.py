@@ -422,7 +422,12 @@ class NumbaBackend:
         return out
 
     def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
-        out = np.empty_like(gate)
+        # the kernels read rows as contiguous (kernels._unit_row): the halves of one matmul's output are
+        if gate.dtype != np.float32 or gate.strides[-1] != 4:
+            gate = np.ascontiguousarray(gate, dtype=np.float32)
+        if up.dtype != np.float32 or up.strides[-1] != 4:
+            up = np.ascontiguousarray(up, dtype=np.float32)
+        out = np.empty(gate.shape, np.float32)
         if gate.shape[0] >= self.k.PARALLEL_ROWS:
             (self.k.gated_silu_rows if act == "silu" else self.k.gated_gelu_tanh_rows)(gate, up, out)
         else:
