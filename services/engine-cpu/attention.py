@@ -323,7 +323,9 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
     Hkv = k.shape[1]
     C = caches.shape[0]
     row_cache = np.empty(T, np.int64)
-    for c in range(C):  # the new rows first: a prefill's later queries read its earlier keys
+    # the new rows first (a prefill's later queries read its earlier keys), a cache per job: the transposed
+    # keys' stores touch a cache line per feature, ~200 lines a row that mostly miss, so split between threads
+    for c in prange(C):
         cap, length, first = caches[c, 4], caches[c, 5], caches[c, 6]
         kc = _layer_of(caches[c, 0], layer, Hkv, cap, D)
         vc = _layer_of(caches[c, 1], layer, Hkv, cap, D)
