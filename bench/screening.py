@@ -269,6 +269,19 @@ def _layer_times(texts: list[str], screener, repeat: int = LATENCY_REPEAT) -> tu
     return np.median(cpu, 0) * 1e3, np.median(wall, 0) * 1e3
 
 
+def by_group(examples: list, y: np.ndarray, key) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The examples' indices grouped by key(example), as (group, injected indices, clean indices), the groups
+    with the most injected examples first (ties by name): the per-language/carrier/style tables' rows."""
+    by = defaultdict(list)
+    for i, e in enumerate(examples):
+        by[key(e)].append(i)
+    rows = []
+    for g in sorted(by, key=lambda g: (-sum(y[i] for i in by[g]), g)):
+        ix = np.asarray(by[g])
+        rows.append((g, ix[y[ix] == 1], ix[y[ix] == 0]))
+    return rows
+
+
 def latency_report(test: list, screener, say) -> None:
     """p50 / p99 per tool result by length, per layer, CPU time and wall, on clean held-out outputs (the
     common case: every rule runs to the end, the model too) and on all of them (injected ones fire rules,
@@ -345,12 +358,7 @@ def quality_and_latency(write: bool = False) -> None:
         say("")
         say(f"by {gname:10s} {'n':>5s}  {'Screener, configured':>22s}  {'model at 1% FPR':>22s}  {'Screener at 1% FPR':>22s}  "
             f"{'FPR (n neg)':>12s}")
-        by = defaultdict(list)
-        for i, e in enumerate(test):
-            by[key(e)].append(i)
-        for g in sorted(by, key=lambda g: (-sum(y[i] for i in by[g]), g)):
-            ix = np.asarray(by[g])
-            pos, neg = ix[y[ix] == 1], ix[y[ix] == 0]
+        for g, pos, neg in by_group(test, y, key):
             if len(pos) == 0 and gname in ("style", "form"):
                 continue
             fpr = f"{v_both[neg].mean() * 100:5.2f}% ({len(neg)})" if len(neg) else "-"

@@ -42,6 +42,7 @@ from bench.screening import (
     _locate,
     _pct,
     _rate,
+    by_group,
     real_documents,
     tpr_at_fpr,
     wilson,
@@ -272,12 +273,7 @@ def report(n: int = 0, agentdojo: str = "", say=print) -> None:
     for gname, key in (("language", lambda e: e.language), ("carrier", lambda e: e.carrier), ("style", lambda e: e.style),
                        ("form", lambda e: e.form)):
         say(f"  by {gname:10s} {'n':>5s}  {'probe':>22s}  {'Screener':>22s}  {'layered':>22s}  {'FPR layered':>12s}")
-        by = defaultdict(list)
-        for i, e in enumerate(test):
-            by[key(e)].append(i)
-        for g in sorted(by, key=lambda g: (-sum(y[i] for i in by[g]), g)):
-            ix = np.asarray(by[g])
-            pos, neg = ix[y[ix] == 1], ix[y[ix] == 0]
+        for g, pos, neg in by_group(test, y, key):
             if not len(pos):
                 continue
             fpr = f"{layered[neg].mean() * 100:5.2f}% ({len(neg)})" if len(neg) else "-"

@@ -169,3 +169,17 @@ def test_the_model_holds_its_measured_tpr_at_1pct_fpr(test_split, screener):
     print(f"model on {len(sample)} held-out outputs: TPR at 1% FPR {tpr:.3f}; FPR at the shipped threshold {fpr_shipped:.4f}")
     assert tpr >= MODEL_TPR_AT_1PCT_FPR_BOUND
     assert fpr_shipped <= 0.02
+
+
+def test_report_groups_split_injected_from_clean_most_injected_first():
+    """The benchmarks' per-language/carrier tables (bench.screening.by_group): every example in exactly one
+    row, injected and clean indices apart, rows ordered by injected count, then by name."""
+    import numpy as np
+
+    from bench.screening import by_group
+
+    langs = ["de", "fr", "de", "en", "fr", "en", "en", "fr"]
+    y = np.asarray([1, 1, 0, 0, 1, 0, 1, 0])
+    rows = by_group(langs, y, lambda lang: lang)
+    assert [g for g, _, _ in rows] == ["fr", "de", "en"]  # 2 injected, then 1 and 1 (by name)
+    assert {g: (list(pos), list(neg)) for g, pos, neg in rows} == {"fr": ([1, 4], [7]), "de": ([0], [2]), "en": ([6], [3, 5])}
