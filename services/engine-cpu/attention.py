@@ -19,7 +19,7 @@ from llvmlite import ir
 from numba import carray, njit, prange, types
 from numba.extending import intrinsic
 
-from fak_engine_cpu.kernels import FAST, _exp
+from fak_engine_cpu.kernels import FAST, _exp, _float32_ptr
 
 _I1, _I32, _I64, _F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
 _V16F32, _V16I32, _V16I1 = ir.VectorType(_F32, 16), ir.VectorType(_I32, 16), ir.VectorType(_I1, 16)
@@ -240,21 +240,10 @@ def _weighted_values(p, values, kvh, lo, count, out):
 CACHE_FIELDS = 8  # k, v, k_pre (0: none), kt addresses; capacity; cache length; the segment's first, last+1 row
 
 
-@intrinsic
-def _float32_at(typingctx, address):
-    """An int64 address (numpy's `.ctypes.data`) as the float32 pointer numba.carray takes."""
-    sig = types.CPointer(types.float32)(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
-
-    return sig, codegen
-
-
 @njit(inline="always", cache=True)
 def _layer_of(address: int, layer: int, a: int, b: int, c: int) -> np.ndarray:
     """Layer `layer` (a, b, c) of a float32 (L, a, b, c) array at `address`."""
-    return carray(_float32_at(address + 4 * layer * a * b * c), (a, b, c))
+    return carray(_float32_ptr(address + 4 * layer * a * b * c), (a, b, c))
 
 
 @njit(fastmath=FAST, inline="always", cache=True)

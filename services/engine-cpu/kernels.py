@@ -412,7 +412,7 @@ def _gelu_tanh_row(gn: np.ndarray, un: np.ndarray, on: np.ndarray) -> None:
 
 @intrinsic
 def _float32_ptr(typingctx, address):
-    """An integer address as a float32 pointer (for numba.carray)."""
+    """An integer address (numpy's `.ctypes.data`) as the float32 pointer numba.carray takes."""
     sig = types.CPointer(types.float32)(types.intp)
 
     def codegen(context, builder, signature, args):
