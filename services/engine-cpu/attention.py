@@ -19,17 +19,21 @@ from llvmlite import ir
 from numba import carray, njit, prange, types
 from numba.extending import intrinsic
 
-from fak_engine_cpu.kernels import FAST, _exp, _float32_ptr
+from fak_engine_cpu.kernels import FAST, _exp, _float32_ptr, _half_bits, _uint16_ptr
 
 _I1, _I32, _I64, _F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
 _V16F32, _V16I32, _V16I1 = ir.VectorType(_F32, 16), ir.VectorType(_I32, 16), ir.VectorType(_I1, 16)
+_V16I16, _V16F16 = ir.VectorType(ir.IntType(16), 16), ir.VectorType(ir.HalfType(), 16)
 # 32 vector registers (AVX-512) or 16 (AVX2, where a 16-float vector takes two)
 _WIDE = "+avx512f" in llvm.get_host_cpu_features().flatten()
 
 
-def _emit_tile(builder: ir.IRBuilder, heads: int, vectors: int, steps: ir.Value, operand, vector_ptr, lanes_valid, store):
+def _emit_tile(builder: ir.IRBuilder, heads: int, vectors: int, steps: ir.Value, operand, vector_ptr, lanes_valid, store,
+               half: bool = False):
     """The common loop: accs[h][v] = sum over s < steps of operand(h, s) * vector(v, s), an FMA at a time in
-    order of s from a zero start; then store(h, v, acc, mask) for every accumulator."""
+    order of s from a zero start; then store(h, v, acc, mask) for every accumulator. half: the vectors are 16
+    half floats (their bits as uint16), widened exactly to float32; loaded whole (the caches' half copies are
+    padded so that a vector past the valid lanes stays inside them; those lanes are never stored)."""
     module = builder.module
     fma = module.declare_intrinsic("llvm.fma.v16f32", fnty=ir.FunctionType(_V16F32, [_V16F32, _V16F32, _V16F32]))
     load = module.declare_intrinsic("llvm.masked.load.v16f32.p0v16f32",
@@ -47,7 +51,10 @@ def _emit_tile(builder: ir.IRBuilder, heads: int, vectors: int, steps: ir.Value,
     for row in accs:
         for acc in row:
             acc.add_incoming(zero, entry)
-    vecs = [builder.call(load, [vector_ptr(v, s), ir.Constant(_I32, 4), masks[v], zero]) for v in range(vectors)]
+    if half:
+        vecs = [builder.fpext(builder.bitcast(builder.load(vector_ptr(v, s), align=2), _V16F16), _V16F32) for v in range(vectors)]
+    else:
+        vecs = [builder.call(load, [vector_ptr(v, s), ir.Constant(_I32, 4), masks[v], zero]) for v in range(vectors)]
     new = []
     for h in range(heads):
         value = builder.insert_element(ir.Constant(_V16F32, None), operand(h, s), ir.Constant(_I32, 0))
@@ -97,10 +104,10 @@ def _address(builder, arr, *index_strides):
     return builder.gep(ptr, [offset])
 
 
-def _make_qk(heads: int, vectors: int):
+def _make_qk(heads: int, vectors: int, half: bool = False):
     """_qk(q (H, D), keys_t (Hkv, D, S), kvh, lo, count, g0, j0, scores (G, count)): scores[g0 + h, j0 + j]
     for h < heads and j < 16 * vectors (within count) = sum over d of q[kvh * G + g0 + h, d] *
-    keys_t[kvh, d, lo + j0 + j]."""
+    keys_t[kvh, d, lo + j0 + j]. half: keys_t holds half floats' bits (uint16)."""
 
     def codegen(context, builder, signature, args):
         q, kt, kvh, lo, count, g0, j0, sc = args
@@ -111,7 +118,7 @@ def _make_qk(heads: int, vectors: int):
         qs = builder.extract_value(q.strides, 0)
         ks0, ks1 = builder.extract_value(kt.strides, 0), builder.extract_value(kt.strides, 1)
         ss = builder.extract_value(sc.strides, 0)
-        four = ir.Constant(_I64, 4)
+        four, size = ir.Constant(_I64, 4), ir.Constant(_I64, 2 if half else 4)
         qrows = [builder.bitcast(_address(builder, q, (builder.add(builder.mul(kvh, G), builder.add(g0, ir.Constant(_I64, h))), qs)),
                                  _F32.as_pointer()) for h in range(heads)]
         kfirst = builder.add(lo, j0)
@@ -120,29 +127,29 @@ def _make_qk(heads: int, vectors: int):
             return builder.load(builder.gep(qrows[h], [d]))
 
         def vector_ptr(v, d):
-            p = _address(builder, kt, (kvh, ks0), (d, ks1), (builder.add(kfirst, ir.Constant(_I64, 16 * v)), four))
-            return builder.bitcast(p, _V16F32.as_pointer())
+            p = _address(builder, kt, (kvh, ks0), (d, ks1), (builder.add(kfirst, ir.Constant(_I64, 16 * v)), size))
+            return builder.bitcast(p, (_V16I16 if half else _V16F32).as_pointer())
 
         def store(h, v, acc, mask):
             p = _address(builder, sc, (builder.add(g0, ir.Constant(_I64, h)), ss), (builder.add(j0, ir.Constant(_I64, 16 * v)), four))
             _masked_store(builder, acc, builder.bitcast(p, _V16F32.as_pointer()), mask)
 
         _emit_tile(builder, heads, vectors, D, operand, vector_ptr,
-                   lambda v: _lanes_below(builder, builder.add(j0, ir.Constant(_I64, 16 * v)), count), store)
+                   lambda v: _lanes_below(builder, builder.add(j0, ir.Constant(_I64, 16 * v)), count), store, half)
         return context.get_dummy_value()
 
     @intrinsic
     def qk(typingctx, q, keys_t, kvh, lo, count, g0, j0, scores):
         return types.none(q, keys_t, kvh, lo, count, g0, j0, scores), codegen
 
-    qk._set_uuid(f"fak.attention.qk:{heads}x{vectors}")
+    qk._set_uuid(f"fak.attention.qk:{heads}x{vectors}{'h' if half else ''}")
     return qk
 
 
-def _make_pv(heads: int, vectors: int):
+def _make_pv(heads: int, vectors: int, half: bool = False):
     """_pv(p (G, count), values (Hkv, S, D), kvh, lo, count, g0, dd0, out (H, D)): out[kvh * G + g0 + h,
     dd0 + e] for h < heads and e < 16 * vectors (within D) = sum over j < count, in order, of p[g0 + h, j] *
-    values[kvh, lo + j, dd0 + e]."""
+    values[kvh, lo + j, dd0 + e]. half: values holds half floats' bits (uint16)."""
 
     def codegen(context, builder, signature, args):
         p, va, kvh, lo, count, g0, dd0, out = args
@@ -153,7 +160,7 @@ def _make_pv(heads: int, vectors: int):
         ps = builder.extract_value(p.strides, 0)
         vs0, vs1 = builder.extract_value(va.strides, 0), builder.extract_value(va.strides, 1)
         os_ = builder.extract_value(out.strides, 0)
-        four = ir.Constant(_I64, 4)
+        four, size = ir.Constant(_I64, 4), ir.Constant(_I64, 2 if half else 4)
         prows = [builder.bitcast(_address(builder, p, (builder.add(g0, ir.Constant(_I64, h)), ps)), _F32.as_pointer())
                  for h in range(heads)]
 
@@ -161,8 +168,8 @@ def _make_pv(heads: int, vectors: int):
             return builder.load(builder.gep(prows[h], [j]))
 
         def vector_ptr(v, j):
-            ptr = _address(builder, va, (kvh, vs0), (builder.add(lo, j), vs1), (builder.add(dd0, ir.Constant(_I64, 16 * v)), four))
-            return builder.bitcast(ptr, _V16F32.as_pointer())
+            ptr = _address(builder, va, (kvh, vs0), (builder.add(lo, j), vs1), (builder.add(dd0, ir.Constant(_I64, 16 * v)), size))
+            return builder.bitcast(ptr, (_V16I16 if half else _V16F32).as_pointer())
 
         def store(h, v, acc, mask):
             row = builder.add(builder.mul(kvh, G), builder.add(g0, ir.Constant(_I64, h)))
@@ -170,14 +177,14 @@ def _make_pv(heads: int, vectors: int):
             _masked_store(builder, acc, builder.bitcast(ptr, _V16F32.as_pointer()), mask)
 
         _emit_tile(builder, heads, vectors, count, operand, vector_ptr,
-                   lambda v: _lanes_below(builder, builder.add(dd0, ir.Constant(_I64, 16 * v)), D), store)
+                   lambda v: _lanes_below(builder, builder.add(dd0, ir.Constant(_I64, 16 * v)), D), store, half)
         return context.get_dummy_value()
 
     @intrinsic
     def pv(typingctx, p, values, kvh, lo, count, g0, dd0, out):
         return types.none(p, values, kvh, lo, count, g0, dd0, out), codegen
 
-    pv._set_uuid(f"fak.attention.pv:{heads}x{vectors}")
+    pv._set_uuid(f"fak.attention.pv:{heads}x{vectors}{'h' if half else ''}")
     return pv
 
 
@@ -185,48 +192,59 @@ def _make_pv(heads: int, vectors: int):
 # scores (16 registers with AVX2), up to 16 for the outputs on AVX-512.
 QK_VECTORS = {1: 8, 2: 4, 3: 2, 4: 2} if _WIDE else {1: 4, 2: 2, 3: 1, 4: 1}
 PV_VECTORS = {1: 4, 2: 4, 3: 4, 4: 4} if _WIDE else {1: 2, 2: 2, 3: 1, 4: 1}
-_qk1, _qk2, _qk3, _qk4 = (_make_qk(h, QK_VECTORS[h]) for h in (1, 2, 3, 4))
-_pv1, _pv2, _pv3, _pv4 = (_make_pv(h, PV_VECTORS[h]) for h in (1, 2, 3, 4))
 QK_STEP = tuple(16 * QK_VECTORS[h] for h in (1, 2, 3, 4))
 PV_STEP = tuple(16 * PV_VECTORS[h] for h in (1, 2, 3, 4))
 
 
-@njit(inline="always", cache=True)
-def _scores(q, keys_t, kvh, lo, count, scores):
-    G = scores.shape[0]
-    g0 = 0
-    while g0 < G:
-        heads = min(4, G - g0)
-        step = QK_STEP[heads - 1]
-        for j0 in range(0, count, step):
-            if heads == 4:
-                _qk4(q, keys_t, kvh, lo, count, g0, j0, scores)
-            elif heads == 3:
-                _qk3(q, keys_t, kvh, lo, count, g0, j0, scores)
-            elif heads == 2:
-                _qk2(q, keys_t, kvh, lo, count, g0, j0, scores)
-            else:
-                _qk1(q, keys_t, kvh, lo, count, g0, j0, scores)
-        g0 += heads
+def _make_passes(half: bool):
+    """The two passes of one query over a key/value head's cache, tiled by how many of its query heads are left:
+    scores(q, keys_t, kvh, lo, count, scores) and weighted_values(p, values, kvh, lo, count, out) (the tiles'
+    docstrings), for float32 caches or (half) their half-float copies."""
+    qk1, qk2, qk3, qk4 = (_make_qk(h, QK_VECTORS[h], half) for h in (1, 2, 3, 4))
+    pv1, pv2, pv3, pv4 = (_make_pv(h, PV_VECTORS[h], half) for h in (1, 2, 3, 4))
+
+    def scores(q, keys_t, kvh, lo, count, scores):
+        G = scores.shape[0]
+        g0 = 0
+        while g0 < G:
+            heads = min(4, G - g0)
+            step = QK_STEP[heads - 1]
+            for j0 in range(0, count, step):
+                if heads == 4:
+                    qk4(q, keys_t, kvh, lo, count, g0, j0, scores)
+                elif heads == 3:
+                    qk3(q, keys_t, kvh, lo, count, g0, j0, scores)
+                elif heads == 2:
+                    qk2(q, keys_t, kvh, lo, count, g0, j0, scores)
+                else:
+                    qk1(q, keys_t, kvh, lo, count, g0, j0, scores)
+            g0 += heads
+
+    def weighted_values(p, values, kvh, lo, count, out):
+        G, D = p.shape[0], out.shape[1]
+        g0 = 0
+        while g0 < G:
+            heads = min(4, G - g0)
+            step = PV_STEP[heads - 1]
+            for dd0 in range(0, D, step):
+                if heads == 4:
+                    pv4(p, values, kvh, lo, count, g0, dd0, out)
+                elif heads == 3:
+                    pv3(p, values, kvh, lo, count, g0, dd0, out)
+                elif heads == 2:
+                    pv2(p, values, kvh, lo, count, g0, dd0, out)
+                else:
+                    pv1(p, values, kvh, lo, count, g0, dd0, out)
+            g0 += heads
+
+    suffix = "_half" if half else ""
+    scores.__name__ = scores.__qualname__ = f"_scores{suffix}"  # numba's cache: a name of its own each
+    weighted_values.__name__ = weighted_values.__qualname__ = f"_weighted_values{suffix}"
+    return njit(inline="always", cache=True)(scores), njit(inline="always", cache=True)(weighted_values)
 
 
-@njit(inline="always", cache=True)
-def _weighted_values(p, values, kvh, lo, count, out):
-    G, D = p.shape[0], values.shape[2]
-    g0 = 0
-    while g0 < G:
-        heads = min(4, G - g0)
-        step = PV_STEP[heads - 1]
-        for dd0 in range(0, D, step):
-            if heads == 4:
-                _pv4(p, values, kvh, lo, count, g0, dd0, out)
-            elif heads == 3:
-                _pv3(p, values, kvh, lo, count, g0, dd0, out)
-            elif heads == 2:
-                _pv2(p, values, kvh, lo, count, g0, dd0, out)
-            else:
-                _pv1(p, values, kvh, lo, count, g0, dd0, out)
-        g0 += heads
+_scores, _weighted_values = _make_passes(False)
+_scores_half, _weighted_values_half = _make_passes(True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -237,7 +255,16 @@ def _weighted_values(p, values, kvh, lo, count, out):
 # kernel cannot take as a list without building a typed list per call. So the backend hands the kernel a
 # table of addresses (CACHE_FIELDS per segment) and the kernel views each cache's memory with numba.carray.
 # The caller keeps the caches alive and large enough (reserved) for the call.
-CACHE_FIELDS = 8  # k, v, k_pre (0: none), kt addresses; capacity; cache length; the segment's first, last+1 row
+CACHE_FIELDS = 9  # k, v, k_pre (0: none), kt addresses; capacity; cache length; the segment's first, last+1 row;
+# the half-float values' address, 0 for a float32 cache (then kt is float32; else kt and the values the kernel
+# reads are half floats: see engine-cpu's NumbaKVCache)
+HALF_PAD = 16  # positions past the capacity in a half cache's kt (a 16-lane load from the last valid key stays inside)
+
+
+@njit(inline="always", cache=True)
+def _layer_of_half(address: int, layer: int, a: int, b: int, c: int) -> np.ndarray:
+    """Layer `layer` (a, b, c) of a uint16 (L, a, b, c) array at `address`."""
+    return carray(_uint16_ptr(address + 2 * layer * a * b * c), (a, b, c))
 
 
 @njit(inline="always", cache=True)
@@ -247,10 +274,12 @@ def _layer_of(address: int, layer: int, a: int, b: int, c: int) -> np.ndarray:
 
 
 @njit(fastmath=FAST, inline="always", cache=True)
-def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, pos: int, kvh: int, window: int,
-            scale: np.float32, softcap: np.float32, slopes: np.ndarray, sinks: np.ndarray, out: np.ndarray) -> None:
+def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, keys_half: np.ndarray, values_half: np.ndarray,
+            half: bool, pos: int, kvh: int, window: int, scale: np.float32, softcap: np.float32, slopes: np.ndarray,
+            sinks: np.ndarray, out: np.ndarray) -> None:
     """One query (H, D) at position `pos`, key/value head kvh's whole query group, against keys_t (Hkv, D, S)
-    (keys transposed: one row per feature) and values (Hkv, S, D) -> out (H, D) for that group's heads.
+    (keys transposed: one row per feature) and values (Hkv, S, D) -> out (H, D) for that group's heads; with
+    `half`, against keys_half and values_half instead, the same arrays' half-float copies (uint16 bits; padded).
 
     Every key and value row is read once per tile of (up to 4) heads. Per query head: scores over its visible keys,
     accumulated feature by feature with each key in its own lane (no cross-key reduction), a max-subtracted
@@ -259,13 +288,16 @@ def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, pos: int, kvh
     sinks (H,): gpt-oss's attention sinks, head h's logit sinks[h] joins the max and the denominator (no value);
     empty: none."""
     H, D = q.shape
-    G = H // keys_t.shape[0]
+    G = H // (keys_half.shape[0] if half else keys_t.shape[0])
     lo = 0
     if window > 0 and pos - window + 1 > 0:
         lo = pos - window + 1
     count = pos + 1 - lo
     scores = np.empty((G, count), np.float32)
-    _scores(q, keys_t, kvh, lo, count, scores)
+    if half:
+        _scores_half(q, keys_half, kvh, lo, count, scores)
+    else:
+        _scores(q, keys_t, kvh, lo, count, scores)
     for g in range(G):
         srow = scores[g]
         best = np.float32(-np.inf)
@@ -293,7 +325,10 @@ def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, pos: int, kvh
         inv = np.float32(1.0) / total
         for j in range(count):
             srow[j] = srow[j] * inv
-    _weighted_values(scores, values, kvh, lo, count, out)
+    if half:
+        _weighted_values_half(scores, values_half, kvh, lo, count, out)
+    else:
+        _weighted_values(scores, values, kvh, lo, count, out)
 
 
 @njit(parallel=True, fastmath=FAST, cache=True)
@@ -302,7 +337,8 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
               out: np.ndarray) -> None:
     """q (T, H, D) and the new k_pre, k, v (T, Hkv, D) of a batch; caches (C, CACHE_FIELDS), one line per
     segment: its cache's arrays k, v, k_pre (L, Hkv, S, D) and kt (L, Hkv, D, S) by address, S, the cache's
-    length before this call and the segment's rows [first, stop). Row t of segment c is at position
+    length before this call and the segment's rows [first, stop), and its half values' address (CACHE_FIELDS;
+    a half cache's kt is (L, Hkv, D, S + HALF_PAD) half floats and its values (L, Hkv, S + 1, D)). Row t of segment c is at position
     length + t - first. Stores the new rows in layer `layer` of their caches, then -> out (T, H, D).
     slopes: (H,) float32 ALiBi slopes, or empty for none (_attend).
 
@@ -318,7 +354,6 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
         cap, length, first = caches[c, 4], caches[c, 5], caches[c, 6]
         kc = _layer_of(caches[c, 0], layer, Hkv, cap, D)
         vc = _layer_of(caches[c, 1], layer, Hkv, cap, D)
-        ktc = _layer_of(caches[c, 3], layer, Hkv, D, cap)
         for t in range(first, caches[c, 7]):
             row_cache[t] = c
             p = length + t - first
@@ -326,21 +361,42 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
                 for d in range(D):
                     kc[h, p, d] = k[t, h, d]
                     vc[h, p, d] = v[t, h, d]
-                    ktc[h, d, p] = k[t, h, d]
+        if caches[c, 8] != 0:
+            kth = _layer_of_half(caches[c, 3], layer, Hkv, D, cap + HALF_PAD)
+            vh = _layer_of_half(caches[c, 8], layer, Hkv, cap + 1, D)
+            for t in range(first, caches[c, 7]):
+                p = length + t - first
+                for h in range(Hkv):
+                    for d in range(D):
+                        kth[h, d, p] = _half_bits(k[t, h, d])
+                        vh[h, p, d] = _half_bits(v[t, h, d])
+        else:
+            ktc = _layer_of(caches[c, 3], layer, Hkv, D, cap)
+            for t in range(first, caches[c, 7]):
+                p = length + t - first
+                for h in range(Hkv):
+                    for d in range(D):
+                        ktc[h, d, p] = k[t, h, d]
         if caches[c, 2] != 0:
             kpc = _layer_of(caches[c, 2], layer, Hkv, cap, D)
             for t in range(first, caches[c, 7]):
                 for h in range(Hkv):
                     for d in range(D):
                         kpc[h, length + t - first, d] = k_pre[t, h, d]
+    no_f32 = np.empty((1, 1, 1), np.float32)  # the other kind's arrays, unread
+    no_half = np.empty((1, 1, 1), np.uint16)
     for job in prange(T * Hkv):
         t = job // Hkv
         kvh = job - t * Hkv
         c = row_cache[t]
         cap = caches[c, 4]
-        keys_t = _layer_of(caches[c, 3], layer, Hkv, D, cap)
-        values = _layer_of(caches[c, 1], layer, Hkv, cap, D)
-        _attend(q[t], keys_t, values, caches[c, 5] + t - caches[c, 6], kvh, window, scale, softcap, slopes, sinks,
-                out[t])
+        pos = caches[c, 5] + t - caches[c, 6]
+        if caches[c, 8] != 0:
+            _attend(q[t], no_f32, no_f32, _layer_of_half(caches[c, 3], layer, Hkv, D, cap + HALF_PAD),
+                    _layer_of_half(caches[c, 8], layer, Hkv, cap + 1, D), True, pos, kvh, window, scale, softcap,
+                    slopes, sinks, out[t])
+        else:
+            _attend(q[t], _layer_of(caches[c, 3], layer, Hkv, D, cap), _layer_of(caches[c, 1], layer, Hkv, cap, D),
+                    no_half, no_half, False, pos, kvh, window, scale, softcap, slopes, sinks, out[t])
 
 

@@ -113,32 +113,65 @@ def pack_nibbles(q: np.ndarray) -> np.ndarray:
 
 
 class NumbaKVCache(KVCache):
-    """KVCache plus a transposed copy of the keys, (L, Hkv, D, S): the layout the attention kernel reads.
-    Kept in step on every write and after every move of the keys (`keys_changed`); `k` stays the cache's
-    truth (digests). `addresses` names its arrays to the batched attention kernel (attention.py's CACHE_FIELDS),
-    which writes the forward pass's new rows itself."""
+    """KVCache plus the copies the attention kernel reads: the keys transposed, (L, Hkv, D, S) float32; or, for
+    a `half` cache (the int8 path's), the keys transposed and the values as half floats (their uint16 bits:
+    numba has no float16 on the CPU), (L, Hkv, D, S + HALF_PAD) and (L, Hkv, S + 1, D), padded so that the
+    kernel's whole-vector loads stay inside them. Half the bytes a decode step reads per cached position, as
+    llama.cpp's default f16 cache; each value rounded to nearest (ties to even) from the float32 one.
+    Kept in step on every write and after every move (`keys_changed`, which the KV-MMU's moves of keys and
+    values call); `k` and `v` stay the cache's truth (digests, moves), so a move followed by the copy's refresh
+    gives the same bits as writing the moved rows afresh. `addresses` names its arrays to the batched attention
+    kernel (attention.py's CACHE_FIELDS), which writes the forward pass's new rows itself."""
+
+    def __init__(self, *args, half: bool = False, **kwargs):
+        self.half = half
+        super().__init__(*args, **kwargs)
 
     def _alloc(self, capacity: int) -> None:
-        old_kt = getattr(self, "kt", None)
+        from fak_engine_cpu.attention import HALF_PAD
+
+        old_kt, old_vh = getattr(self, "kt", None), getattr(self, "vh", None)
         super()._alloc(capacity)
         n_layers, n_kv, hd = self.shape
-        self.kt = np.zeros((n_layers, n_kv, hd, capacity), self.dtype)
-        if old_kt is not None:
-            n = min(self.length, old_kt.shape[-1])
-            self.kt[..., :n] = old_kt[..., :n]
         assert self.dtype == np.float32, "the attention kernel reads float32 caches"
-        self.addresses = (self.k.ctypes.data, self.v.ctypes.data,
-                          0 if self.k_pre is None else self.k_pre.ctypes.data, self.kt.ctypes.data, capacity)
+        n = min(getattr(self, "length", 0), capacity)
+        if self.half:
+            self.kt = np.zeros((n_layers, n_kv, hd, capacity + HALF_PAD), np.uint16)
+            self.vh = np.zeros((n_layers, n_kv, capacity + 1, hd), np.uint16)
+            if old_vh is not None:
+                self.vh[:, :, :n] = old_vh[:, :, :n]
+        else:
+            self.kt, self.vh = np.zeros((n_layers, n_kv, hd, capacity), self.dtype), None
+        if old_kt is not None:
+            self.kt[..., :n] = old_kt[..., :n]
+        self.addresses = (self.k.ctypes.data, self.v.ctypes.data, 0 if self.k_pre is None else self.k_pre.ctypes.data,
+                          self.kt.ctypes.data, capacity)
+        self.half_values = 0 if self.vh is None else self.vh.ctypes.data  # the table's last field
 
     def write(self, layer: int, start: int, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         super().write(layer, start, k_pre, k, v)
-        self.kt[layer, :, :, start:start + k.shape[0]] = k.transpose(1, 2, 0)
+        end = start + k.shape[0]
+        if self.half:
+            self.kt[layer, :, :, start:end] = _half_bits(k.transpose(1, 2, 0))
+            self.vh[layer, :, start:end] = _half_bits(v.transpose(1, 0, 2))
+        else:
+            self.kt[layer, :, :, start:end] = k.transpose(1, 2, 0)
 
     def keys_changed(self, a: int, b: int) -> None:
-        if b > a:
+        if b <= a:
+            return
+        if self.half:  # from the moved truth, as a write would have made them
+            self.kt[..., a:b] = _half_bits(self.k[:, :, a:b].transpose(0, 1, 3, 2))
+            self.vh[:, :, a:b] = _half_bits(self.v[:, :, a:b])
+        else:
             from fak_engine_cpu import kernels
 
             kernels.transpose_keys(self.k, self.kt, a, b)
+
+
+def _half_bits(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to half floats, as their uint16 bits (the kernel's _half_bits, elementwise)."""
+    return np.asarray(x, np.float32).astype(np.float16).view(np.uint16)
 
 
 class RopeTable:
@@ -411,7 +444,7 @@ class NumbaBackend:
                 if cache.shape[1:] != k.shape[1:] or layer >= cache.shape[0]:  # the kernel writes by address: no stray shapes
                     raise BackendError(f"attention: cache of shape {cache.shape} for layer {layer}, rows {k.shape[1:]}")
                 cache.reserve(cache.length + seg.rows.stop - seg.rows.start)
-                rows.append((*cache.addresses, cache.length, seg.rows.start, seg.rows.stop))
+                rows.append((*cache.addresses, cache.length, seg.rows.start, seg.rows.stop, cache.half_values))
             lines = np.array(rows, np.int64)
         # held to the pass's last layer only (it holds the segments, so their caches)
         self._attention_lines = None if layer >= segments[0].cache.shape[0] - 1 else (segments, layer, lines)
@@ -473,7 +506,9 @@ class NumbaBackend:
 
     # -- caches ----------------------------------------------------------------------------------------
     def new_cache(self, config: ModelConfig) -> NumbaKVCache:
-        return NumbaKVCache(config.n_kv_layers, config.n_kv_heads, config.head_dim, rope=self.rope)
+        # the int8 path (approximate already) reads half-float keys and values; the f32 path float32 ones
+        return NumbaKVCache(config.n_kv_layers, config.n_kv_heads, config.head_dim, rope=self.rope,
+                            half=self.activations == "int8")
 
 
 register_backend("numba", NumbaBackend)

@@ -410,13 +410,31 @@ def _gelu_tanh_row(gn: np.ndarray, un: np.ndarray, on: np.ndarray) -> None:
         on[k] = g / (np.float32(1.0) + _exp(-c * (g + np.float32(0.044715) * g * g * g))) * un[k]
 
 
+def _pointer_intrinsic(element):
+    def pointer(typingctx, address):
+        sig = types.CPointer(element)(types.intp)
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+        return sig, codegen
+
+    return intrinsic(pointer)
+
+
+# An integer address (numpy's `.ctypes.data`) as the float32 / uint16 pointer numba.carray takes.
+_float32_ptr = _pointer_intrinsic(types.float32)
+_uint16_ptr = _pointer_intrinsic(types.uint16)
+
+
 @intrinsic
-def _float32_ptr(typingctx, address):
-    """An integer address (numpy's `.ctypes.data`) as the float32 pointer numba.carray takes."""
-    sig = types.CPointer(types.float32)(types.intp)
+def _half_bits(typingctx, x):
+    """A float32 rounded to the nearest half float (ties to even, as numpy's astype(float16)), as its 16 bits:
+    numba has no float16 on the CPU."""
+    sig = types.uint16(types.float32)
 
     def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
 
     return sig, codegen
 

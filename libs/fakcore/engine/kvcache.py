@@ -14,8 +14,8 @@ memory is a method here and moves the metadata with it, so no caller can move on
     truncate(n)              forget every position from n on
 
 All of them are bit-exact copies or the forward pass's own arithmetic, so the claims of docs/architecture.md §3 hold. A
-backend whose attention reads another layout of the keys subclasses this and keeps it in step in
-`keys_changed` (engine-cpu's NumbaKVCache); one whose memory lives elsewhere overrides the memory half of the
+backend whose attention reads another layout or precision of the keys and values subclasses this and keeps it
+in step in `keys_changed` (engine-cpu's NumbaKVCache: keys transposed, and half-float copies on its int8 path); one whose memory lives elsewhere overrides the memory half of the
 moves, `_move_slots`, `_copy_slots` and `_rotate_slots` (engine-cuda's paged CudaKVCache).
 
 A hybrid model's cache (Qwen3-Next) keeps keys and values for its attention layers only (ModelConfig.layer_kv)
@@ -67,8 +67,8 @@ class KVCache:
         return [a for a in (self.k, self.v, self.k_pre) if a is not None]
 
     def keys_changed(self, start: int, stop: int) -> None:
-        """Slots start…stop-1 of `k` changed outside `write` (a drop, copy or re-rotation): a subclass that
-        keeps another layout of the keys brings it in step here."""
+        """Slots start…stop-1 of `k` changed outside `write` (a drop, copy or re-rotation), and with a drop or copy
+        those of `v` too: a subclass that keeps another layout or precision of them brings it in step here."""
 
     # -- the forward pass ----------------------------------------------------------------------------
     def reserve(self, total: int) -> None:

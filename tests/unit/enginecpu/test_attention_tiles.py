@@ -13,8 +13,8 @@ from fak_engine_cpu import attention
 SHAPES = [(1, 1), (1, 8), (2, 3), (3, 2), (4, 1), (4, 4)]  # (query heads, 16-float vectors) per tile
 
 
-def scores_with(heads: int, vectors: int):
-    qk = attention._make_qk(heads, vectors)
+def scores_with(heads: int, vectors: int, half: bool = False):
+    qk = attention._make_qk(heads, vectors, half)
 
     @njit
     def run(q, keys_t, kvh, lo, count, scores):
@@ -26,8 +26,8 @@ def scores_with(heads: int, vectors: int):
     return run
 
 
-def values_with(heads: int, vectors: int):
-    pv = attention._make_pv(heads, vectors)
+def values_with(heads: int, vectors: int, half: bool = False):
+    pv = attention._make_pv(heads, vectors, half)
 
     @njit
     def run(p, values, kvh, lo, count, out):
@@ -62,3 +62,33 @@ def test_every_tile_shape_gives_the_same_scores_and_outputs(D, S, lo, count):
         got_out.append(out[G:])
     for scores, out in zip(got_scores[1:], got_out[1:], strict=True):
         assert np.array_equal(scores, got_scores[0]) and np.array_equal(out, got_out[0])
+
+
+NAN_BITS = np.uint16(0x7E00)  # a half NaN: what the padding holds in the test below, never to be seen
+
+
+@pytest.mark.parametrize("D,S,lo,count", [(64, 100, 0, 37), (72, 70, 5, 64), (256, 300, 11, 129), (64, 33, 0, 33)])
+def test_half_tiles_equal_float_tiles_on_the_rounded_values(D, S, lo, count):
+    """The int8 path's caches keep half-float copies of keys and values for the kernel to read (NumbaKVCache,
+    half), loaded a whole vector at a time from padded arrays. Every tile shape gives exactly the float32
+    tiles' bits on the same values rounded to half floats (widening is exact; the FMAs are the same), and
+    nothing past the valid keys or features (NaN here) reaches a score or an output."""
+    rng = np.random.default_rng(D + count + 1)
+    Hkv, G, kvh = 2, 12, 1
+    q = rng.standard_normal((Hkv * G, D)).astype(np.float32)
+    keys_t = rng.standard_normal((Hkv, D, S)).astype(np.float16)
+    values = rng.standard_normal((Hkv, S, D)).astype(np.float16)
+    p = rng.random((G, count)).astype(np.float32)
+    keys_half = np.full((Hkv, D, S + attention.HALF_PAD), NAN_BITS, np.uint16)
+    keys_half[:, :, :S] = keys_t.view(np.uint16)
+    values_half = np.full((Hkv, S + 1, D), NAN_BITS, np.uint16)
+    values_half[:, :S] = values.view(np.uint16)
+    for heads, vectors in SHAPES:
+        want, got = np.full((G, count), np.nan, np.float32), np.full((G, count), np.nan, np.float32)
+        scores_with(heads, vectors)(q, keys_t.astype(np.float32), kvh, lo, count, want)
+        scores_with(heads, vectors, half=True)(q, keys_half, kvh, lo, count, got)
+        assert np.array_equal(got, want) and not np.isnan(got).any()
+        want, got = np.full((Hkv * G, D), np.nan, np.float32), np.full((Hkv * G, D), np.nan, np.float32)
+        values_with(heads, vectors)(p, values.astype(np.float32), kvh, lo, count, want)
+        values_with(heads, vectors, half=True)(p, values_half, kvh, lo, count, got)
+        assert np.array_equal(got[G:], want[G:]) and not np.isnan(got[G:]).any() and np.isnan(got[:G]).all()

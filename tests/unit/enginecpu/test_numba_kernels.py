@@ -266,3 +266,68 @@ def test_gated_activations_split_between_threads_give_the_same_bits():
         single = np.empty((1, 1000), np.float32)
         one(gate[3:4], up[3:4], single)
         assert np.array_equal(single[0], b[3])
+
+
+def half_of(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).view(np.uint16)
+
+
+def assert_half_copies_follow(cache) -> None:
+    n = cache.length
+    assert np.array_equal(cache.kt[..., :n], half_of(cache.k[:, :, :n].transpose(0, 1, 3, 2)))
+    assert np.array_equal(cache.vh[:, :, :n], half_of(cache.v[:, :, :n]))
+
+
+def test_half_cache_copies_follow_writes_growth_and_moves_and_attend_as_rounded_float_caches(nb):
+    """The int8 path's caches (NumbaKVCache, half) keep half-float copies of the keys (transposed) and values
+    for the attention kernel, from the float32 truth: after the kernel's own writes, a write through the
+    cache, growth, the KV-MMU's drop and a prefix copy they equal the truth rounded; and attention over a half
+    cache gives the bits of attention over a float32 cache holding the rounded keys and values."""
+    from types import SimpleNamespace
+
+    from fak_engine_cpu.backend import NumbaKVCache
+    from fakcore.engine.backend import Segment
+
+    rng = np.random.default_rng(7)
+    L, Hkv, H, D = 2, 2, 6, 64
+
+    def rows(T, heads=Hkv):
+        return rng.standard_normal((T, heads, D)).astype(np.float32)
+
+    half, full = NumbaKVCache(L, Hkv, D, half=True), NumbaKVCache(L, Hkv, D)
+    shape = SimpleNamespace(n_kv_layers=L, n_kv_heads=Hkv, head_dim=D)
+    auto = NumbaBackend(activations="auto")  # the int8 path's caches are half ones, the f32 path's are not
+    assert auto.new_cache(shape).half == (auto.activations == "int8") and not nb.new_cache(shape).half
+    T = 40
+    q, k, v = rows(T, H), rows(T), rows(T)
+    k16, v16 = k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32)
+    for layer in range(L):  # a prefill, its rows stored by the kernel
+        got = nb.attention(q, k, k, v, [Segment(half, slice(0, T))], layer, 0, 0.125, 0.0)
+        want = nb.attention(q, k16, k16, v16, [Segment(full, slice(0, T))], layer, 0, 0.125, 0.0)
+        assert np.array_equal(got, want)
+    half.commit(list(range(T)))
+    full.commit(list(range(T)))
+    assert_half_copies_follow(half)
+    extra_k, extra_v = rows(30), rows(30)
+    for layer in range(L):  # rows written through the cache, past its first capacity (64): it grows
+        half.write(layer, T, extra_k, extra_k, extra_v)
+    half.commit(list(range(30)))
+    assert half.capacity >= 70
+    assert_half_copies_follow(half)
+    half.drop(3, 11)  # the KV-MMU closes a gap: keys and values move down
+    assert_half_copies_follow(half)
+    copy = NumbaKVCache(L, Hkv, D, half=True)
+    copy.copy_prefix(half, 50)
+    assert_half_copies_follow(copy)
+    q1 = rows(1, H)  # a decode row over the moved cache: again the rounded float cache's bits
+    rounded, n = NumbaKVCache(L, Hkv, D), copy.length
+    rounded.reserve(n + 1)
+    rounded.k[:, :, :n] = copy.k[:, :, :n].astype(np.float16).astype(np.float32)
+    rounded.v[:, :, :n] = copy.v[:, :, :n].astype(np.float16).astype(np.float32)
+    rounded.keys_changed(0, n)
+    rounded.commit(copy.tokens)
+    k1, v1 = rows(1), rows(1)
+    k1r, v1r = k1.astype(np.float16).astype(np.float32), v1.astype(np.float16).astype(np.float32)
+    got = nb.attention(q1, k1, k1, v1, [Segment(copy, slice(0, 1))], 1, 0, 0.125, 0.0)
+    want = nb.attention(q1, k1r, k1r, v1r, [Segment(rounded, slice(0, 1))], 1, 0, 0.125, 0.0)
+    assert np.array_equal(got, want)
