@@ -148,6 +148,10 @@ class NumbaKVCache(KVCache):
                           self.kt.ctypes.data, capacity)
         self.half_values = 0 if self.vh is None else self.vh.ctypes.data  # the table's last field
 
+    @property
+    def nbytes(self) -> int:  # the kernel's copies count against the KV budget too
+        return super().nbytes + self.kt.nbytes + (0 if self.vh is None else self.vh.nbytes)
+
     def write(self, layer: int, start: int, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         super().write(layer, start, k_pre, k, v)
         end = start + k.shape[0]
