@@ -196,51 +196,38 @@ QK_STEP = tuple(16 * QK_VECTORS[h] for h in (1, 2, 3, 4))
 PV_STEP = tuple(16 * PV_VECTORS[h] for h in (1, 2, 3, 4))
 
 
+def _tiled(tiles: tuple, steps: tuple, name: str):
+    """run(x, cache, kvh, lo, count, G, extent, out): one pass of a query over a key/value head's cache, its
+    G query heads taken 4, 3, 2 or 1 at a time (tiles[heads - 1]) and `extent` (the keys for the scores, the
+    features for the weighted values) a tile's steps[heads - 1] at a time."""
+    t1, t2, t3, t4 = tiles
+
+    def run(x, cache, kvh, lo, count, G, extent, out):
+        g0 = 0
+        while g0 < G:
+            heads = min(4, G - g0)
+            step = steps[heads - 1]
+            for s0 in range(0, extent, step):
+                if heads == 4:
+                    t4(x, cache, kvh, lo, count, g0, s0, out)
+                elif heads == 3:
+                    t3(x, cache, kvh, lo, count, g0, s0, out)
+                elif heads == 2:
+                    t2(x, cache, kvh, lo, count, g0, s0, out)
+                else:
+                    t1(x, cache, kvh, lo, count, g0, s0, out)
+            g0 += heads
+
+    run.__name__ = run.__qualname__ = name  # numba's on-disk cache: a name of its own each
+    return njit(inline="always", cache=True)(run)
+
+
 def _make_passes(half: bool):
-    """The two passes of one query over a key/value head's cache, tiled by how many of its query heads are left:
-    scores(q, keys_t, kvh, lo, count, scores) and weighted_values(p, values, kvh, lo, count, out) (the tiles'
-    docstrings), for float32 caches or (half) their half-float copies."""
-    qk1, qk2, qk3, qk4 = (_make_qk(h, QK_VECTORS[h], half) for h in (1, 2, 3, 4))
-    pv1, pv2, pv3, pv4 = (_make_pv(h, PV_VECTORS[h], half) for h in (1, 2, 3, 4))
-
-    def scores(q, keys_t, kvh, lo, count, scores):
-        G = scores.shape[0]
-        g0 = 0
-        while g0 < G:
-            heads = min(4, G - g0)
-            step = QK_STEP[heads - 1]
-            for j0 in range(0, count, step):
-                if heads == 4:
-                    qk4(q, keys_t, kvh, lo, count, g0, j0, scores)
-                elif heads == 3:
-                    qk3(q, keys_t, kvh, lo, count, g0, j0, scores)
-                elif heads == 2:
-                    qk2(q, keys_t, kvh, lo, count, g0, j0, scores)
-                else:
-                    qk1(q, keys_t, kvh, lo, count, g0, j0, scores)
-            g0 += heads
-
-    def weighted_values(p, values, kvh, lo, count, out):
-        G, D = p.shape[0], out.shape[1]
-        g0 = 0
-        while g0 < G:
-            heads = min(4, G - g0)
-            step = PV_STEP[heads - 1]
-            for dd0 in range(0, D, step):
-                if heads == 4:
-                    pv4(p, values, kvh, lo, count, g0, dd0, out)
-                elif heads == 3:
-                    pv3(p, values, kvh, lo, count, g0, dd0, out)
-                elif heads == 2:
-                    pv2(p, values, kvh, lo, count, g0, dd0, out)
-                else:
-                    pv1(p, values, kvh, lo, count, g0, dd0, out)
-            g0 += heads
-
+    """The scores and the weighted values of one query over a key/value head's cache (the tiles' docstrings),
+    for float32 caches or (half) their half-float copies."""
     suffix = "_half" if half else ""
-    scores.__name__ = scores.__qualname__ = f"_scores{suffix}"  # numba's cache: a name of its own each
-    weighted_values.__name__ = weighted_values.__qualname__ = f"_weighted_values{suffix}"
-    return njit(inline="always", cache=True)(scores), njit(inline="always", cache=True)(weighted_values)
+    return (_tiled(tuple(_make_qk(h, QK_VECTORS[h], half) for h in (1, 2, 3, 4)), QK_STEP, f"_scores{suffix}"),
+            _tiled(tuple(_make_pv(h, PV_VECTORS[h], half) for h in (1, 2, 3, 4)), PV_STEP, f"_weighted_values{suffix}"))
 
 
 _scores, _weighted_values = _make_passes(False)
@@ -295,9 +282,9 @@ def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, keys_half: np
     count = pos + 1 - lo
     scores = np.empty((G, count), np.float32)
     if half:
-        _scores_half(q, keys_half, kvh, lo, count, scores)
+        _scores_half(q, keys_half, kvh, lo, count, G, count, scores)
     else:
-        _scores(q, keys_t, kvh, lo, count, scores)
+        _scores(q, keys_t, kvh, lo, count, G, count, scores)
     for g in range(G):
         srow = scores[g]
         best = np.float32(-np.inf)
@@ -326,9 +313,9 @@ def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, keys_half: np
         for j in range(count):
             srow[j] = srow[j] * inv
     if half:
-        _weighted_values_half(scores, values_half, kvh, lo, count, out)
+        _weighted_values_half(scores, values_half, kvh, lo, count, G, D, out)
     else:
-        _weighted_values(scores, values, kvh, lo, count, out)
+        _weighted_values(scores, values, kvh, lo, count, G, D, out)
 
 
 @njit(parallel=True, fastmath=FAST, cache=True)
