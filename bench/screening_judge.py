@@ -29,10 +29,6 @@ class InProcessJudge:
     """The judge's scoring without the bus: the worker's prompt, one forward pass, the reported top-20."""
 
     def __init__(self, model_ref: str = "smollm2-135m", threads: int = 0):
-        import sys
-        from pathlib import Path
-
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services" / "engine-cpu"))
         import fak_engine_cpu.backend  # noqa: F401  registers "numba"
         from fakcore.engine.loader import load_model, make_backend
 

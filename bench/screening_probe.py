@@ -61,10 +61,6 @@ class Reader:
     """The engine's probe code in-process: the hidden states a worker would project."""
 
     def __init__(self, model_ref: str = MODEL, threads: int = 0):
-        import sys
-        from pathlib import Path
-
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services" / "engine-cpu"))
         import fak_engine_cpu.backend  # noqa: F401  registers "numba"
         from fakcore.engine.loader import load_model, make_backend
 
