@@ -623,63 +623,166 @@ KINDS = [(layout, half) for layout in ("nib", "u8_32", "u8_16", "i8_32", "i8_16"
 # ---------------------------------------------------------------------------------------------------------
 
 
-@njit(fastmath=FAST, inline="always", cache=True)
-def _quantize_token(x: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs16: np.ndarray) -> None:
-    """One token's x (K,) f32 -> xq (K,) int8, xd (K/32,) block scales, xs16 (K/16,) = dx * sum(xq) per 16.
-
-    xq = round-half-to-even(x / dx) with dx = max|x| / 127 per 32-element block (0 for an all-zero block).
-    max|x| is taken on the bit patterns (|x|'s bits order as |x| does), so the loop vectorizes."""
-    bits = x.view(np.uint32)
-    cell = np.empty(1, np.uint32)
-    as_float = cell.view(np.float32)
-    for b in range(x.shape[0] // 32):
-        top = np.uint32(0)
-        for j in range(b * 32, b * 32 + 32):
-            top = max(top, bits[j] & np.uint32(0x7FFFFFFF))
-        cell[0] = top
-        amax = as_float[0]
-        d = amax / np.float32(127.0)
-        inv = np.float32(127.0) / amax if amax > np.float32(0.0) else np.float32(0.0)
-        xd[b] = d
-        for j in range(b * 32, b * 32 + 32):
-            xq[j] = np.int8(np.rint(x[j] * inv))
-        for half in range(2):
-            total = np.int32(0)
-            for j in range(b * 32 + half * 16, b * 32 + half * 16 + 16):
-                total += np.int32(xq[j])
-            xs16[b * 2 + half] = d * np.float32(total)
+def _data(context, builder, ty, value, element) -> ir.Value:
+    """An array argument's data pointer, as a pointer to `element`."""
+    return builder.bitcast(context.make_array(ty)(context, builder, value).data, element.as_pointer())
 
 
-@njit(fastmath=FAST, inline="always", cache=True)
+def _splat(builder: ir.IRBuilder, value: ir.Value, n: int = 16) -> ir.Value:
+    vty = ir.VectorType(value.type, n)
+    return builder.shuffle_vector(builder.insert_element(ir.Constant(vty, None), value, ir.Constant(_I32, 0)),
+                                  ir.Constant(vty, None), _indices([0] * n))
+
+
+def _gather(builder: ir.IRBuilder, base: ir.Value, index: ir.Value, element) -> ir.Value:
+    """16 `element`s (32-bit) base[index[i]], 0 where index[i] < 0 (a masked gather)."""
+    vty, pty = ir.VectorType(element, 16), ir.VectorType(element.as_pointer(), 16)
+    wide = ir.VectorType(_I64, 16)
+    offsets = builder.mul(builder.sext(index, wide), ir.Constant(wide, [4] * 16))
+    pointers = builder.inttoptr(builder.add(_splat(builder, builder.ptrtoint(base, _I64)), offsets), pty)
+    mask = builder.icmp_signed(">=", index, ir.Constant(_V16I32, [0] * 16))
+    name = f"llvm.masked.gather.v16{'f32' if element == _F32 else 'i32'}.v16p0"
+    fn = builder.module.declare_intrinsic(name, fnty=ir.FunctionType(vty, [pty, _I32, mask.type, vty]))
+    return builder.call(fn, [pointers, ir.Constant(_I32, 4), mask, ir.Constant(vty, [0.0 if element == _F32 else 0] * 16)])
+
+
+def _contiguous(*arrays) -> bool:
+    """The prep intrinsics read their arrays as flat memory: they type only for C-contiguous ones."""
+    return all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
+
+
+@intrinsic
+def _quantize_block(typingctx, x, xq, xd, xs16, b):
+    """Block b (32 values) of one token's x f32 -> xq int8, xd[b] = dx, xs16[2b], xs16[2b + 1] = dx * sum(xq)
+    over each half: xq = round-half-to-even(x / dx), computed as x * (127 / max|x|), with dx = max|x| / 127
+    (0 and 0 for an all-zero block). max|x| is taken on the bit patterns (|x|'s bits order as |x| does).
+    Vector IR: numba's loops over 32-element blocks ran ~90 cycles a block."""
+
+    def codegen(context, builder, signature, args):
+        xp, qp, dp, sp = (_data(context, builder, t, a, e) for t, a, e in zip(signature.args[:4], args[:4], (_F32, _I8, _F32, _F32), strict=True))
+        b = args[4]
+        first = builder.mul(b, ir.Constant(_I64, 32))
+        module = builder.module
+        umax = module.declare_intrinsic("llvm.umax.v16i32", fnty=ir.FunctionType(_V16I32, [_V16I32, _V16I32]))
+        top_of = module.declare_intrinsic("llvm.vector.reduce.umax.v16i32", fnty=ir.FunctionType(_I32, [_V16I32]))
+        total_of = module.declare_intrinsic("llvm.vector.reduce.add.v16i32", fnty=ir.FunctionType(_I32, [_V16I32]))
+        rint = module.declare_intrinsic("llvm.rint.v16f32", fnty=ir.FunctionType(_V16F32, [_V16F32]))
+        halves = [builder.load(builder.bitcast(builder.gep(xp, [builder.add(first, ir.Constant(_I64, 16 * h))]), _V16F32.as_pointer()), align=4)
+                  for h in range(2)]
+        magnitudes = [builder.and_(builder.bitcast(v, _V16I32), ir.Constant(_V16I32, [0x7FFFFFFF] * 16)) for v in halves]
+        amax = builder.bitcast(builder.call(top_of, [builder.call(umax, magnitudes)]), _F32)
+        d = builder.fdiv(amax, ir.Constant(_F32, 127.0))
+        inv = builder.select(builder.fcmp_ordered(">", amax, ir.Constant(_F32, 0.0)), builder.fdiv(ir.Constant(_F32, 127.0), amax),
+                             ir.Constant(_F32, 0.0))
+        builder.store(d, builder.gep(dp, [b]))
+        for h, v in enumerate(halves):
+            q = builder.fptosi(builder.call(rint, [builder.fmul(v, _splat(builder, inv))]), _V16I32)
+            builder.store(builder.trunc(q, ir.VectorType(_I8, 16)),
+                          builder.bitcast(builder.gep(qp, [builder.add(first, ir.Constant(_I64, 16 * h))]), ir.VectorType(_I8, 16).as_pointer()), align=1)
+            total = builder.sitofp(builder.call(total_of, [q]), _F32)
+            builder.store(builder.fmul(d, total), builder.gep(sp, [builder.add(builder.mul(b, ir.Constant(_I64, 2)), ir.Constant(_I64, h))]))
+        return context.get_dummy_value()
+
+    return (types.none(x, xq, xd, xs16, b), codegen) if _contiguous(x, xq, xd, xs16) else None
+
+
+@intrinsic
+def _interleave_vector(typingctx, xq, src4, xi, v):
+    """Vector v (64 bytes, 16 lanes of 4) of a token's interleaved activations: lane i is the 4-byte word
+    src4[16 v + i] of xq (0 where that is -1, padding), one masked gather."""
+
+    def codegen(context, builder, signature, args):
+        qp, ip, op = (_data(context, builder, t, a, e) for t, a, e in zip(signature.args[:3], args[:3], (_I32, _I32, _I32), strict=True))
+        first = builder.mul(args[3], ir.Constant(_I64, 16))
+        index = builder.load(builder.bitcast(builder.gep(ip, [first]), _V16I32.as_pointer()), align=4)
+        builder.store(_gather(builder, qp, index, _I32), builder.bitcast(builder.gep(op, [first]), _V16I32.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return (types.none(xq, src4, xi, v), codegen) if _contiguous(xq, src4, xi) else None
+
+
+@intrinsic
+def _set_lanes(typingctx, xd, xs16, block, group, pairs, dxl, Xl, s):
+    """Set s's lane tables for one token: dxl[s] = xd[block[s]] (each lane's group's scale) and Xl[s] the
+    offsets' share, dx * sum(xq) of group[s]'s elements (xs16[g] for 16-element groups; with pairs = 2,
+    32-element ones: xs16[2g] + xs16[2g + 1]), 0 where the table says -1."""
+
+    def codegen(context, builder, signature, args):
+        dp, sp, bp, gp, _, op_d, op_x = (_data(context, builder, t, a, e) if isinstance(t, types.Array) else a
+                                          for t, a, e in zip(signature.args[:7], args[:7], (_F32, _F32, _I32, _I32, None, _F32, _F32), strict=True))
+        pairs, s = args[4], args[7]
+        first = builder.mul(s, ir.Constant(_I64, 16))
+        row = lambda p: builder.bitcast(builder.gep(p, [first]), _V16I32.as_pointer())  # noqa: E731
+        blocks, groups = builder.load(row(bp), align=4), builder.load(row(gp), align=4)
+        builder.store(_gather(builder, dp, blocks, _F32), builder.bitcast(builder.gep(op_d, [first]), _V16F32.as_pointer()), align=4)
+        two = builder.icmp_signed("==", pairs, ir.Constant(pairs.type, 2))
+        valid = builder.icmp_signed(">=", groups, ir.Constant(_V16I32, [0] * 16))
+        at = builder.select(valid, builder.mul(groups, _splat(builder, builder.trunc(pairs, _I32))), groups)
+        one = _gather(builder, sp, at, _F32)
+        other = _gather(builder, sp, builder.select(valid, builder.add(at, ir.Constant(_V16I32, [1] * 16)), groups), _F32)
+        shares = builder.select(two, builder.fadd(one, other), one)
+        builder.store(shares, builder.bitcast(builder.gep(op_x, [first]), _V16F32.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return (types.none(xd, xs16, block, group, pairs, dxl, Xl, s), codegen) if _contiguous(xd, xs16, block, group, dxl, Xl) else None
+
+
+@intrinsic
+def _add_lane_sums(typingctx, xi, at, S, s):
+    """S[s, lane] += the sum of the four activation bytes of that lane in the 64-byte vector of xi at byte
+    `at` (exact integers)."""
+
+    def codegen(context, builder, signature, args):
+        xp, Sp = _data(context, builder, signature.args[0], args[0], _I8), _data(context, builder, signature.args[2], args[2], _I32)
+        vector = builder.load(builder.bitcast(builder.gep(xp, [args[1]]), _V64I8.as_pointer()), align=1)
+        target = builder.bitcast(builder.gep(Sp, [builder.mul(args[3], ir.Constant(_I64, 16))]), _V16I32.as_pointer())
+        total = builder.load(target, align=4)
+        for j in range(4):
+            total = builder.add(total, builder.sext(builder.shuffle_vector(vector, vector, _indices(range(j, 64, 4))), _V16I32))
+        builder.store(total, target, align=4)
+        return context.get_dummy_value()
+
+    return (types.none(xi, at, S, s), codegen) if _contiguous(xi, S) else None
+
+
+@njit(inline="always", cache=True)
 def _prep_token(x, G, src4, base, vectors, block, group, sums, xq, xd, xs16, xi, dxl, Xl, S):
-    """One token for the kernels: quantized (_quantize_token), interleaved as the rows are (xi; moved a
-    lane's four bytes at a time), and its lanes per set: dxl the scale of each lane's group, Xl the offsets'
-    share (dx * sum(xq) of the group in the lane that carries it), and with `sums` (the signed-byte kernels
-    start from them) S each lane's sum of xq over the set."""
-    _quantize_token(x, xq, xd, xs16)
+    """One token for the kernels: quantized per 32-block (_quantize_block), interleaved as the rows are
+    (xi, a masked gather of 4-byte words per vector), and its lanes per set: dxl the scale of each lane's
+    group, Xl the offsets' share (dx * sum(xq) of the group in the lane that carries it), and with `sums`
+    (the signed-byte kernels start from them) S each lane's sum of xq over the set."""
+    for b in range(x.shape[0] // 32):
+        _quantize_block(x, xq, xd, xs16, b)
     words, out = xq.view(np.int32), xi.view(np.int32)
-    for p in range(src4.shape[0]):
-        e = src4[p]
-        out[p] = words[e] if e >= 0 else np.int32(0)
+    for v in range(src4.shape[0] // 16):
+        _interleave_vector(words, src4, out, v)
     for s in range(base.shape[0]):
+        _set_lanes(xd, xs16, block, group, G // 16, dxl, Xl, s)
         if sums:
-            for lane in range(16):
+            for lane in range(16):  # not S[s, :] = 0: in the parallel kernels that is a parallel loop of its own
                 S[s, lane] = 0
             for v in range(vectors[s]):
-                o = base[s] + v * 64
-                for lane in range(16):
-                    S[s, lane] += (np.int32(xi[o + 4 * lane]) + np.int32(xi[o + 4 * lane + 1])
-                                   + np.int32(xi[o + 4 * lane + 2]) + np.int32(xi[o + 4 * lane + 3]))
-        for lane in range(16):
-            b = block[s, lane]
-            dxl[s, lane] = xd[b] if b >= 0 else np.float32(0.0)
-            g = group[s, lane]
-            if g < 0:
-                Xl[s, lane] = np.float32(0.0)
-            elif G == 16:
-                Xl[s, lane] = xs16[g]
-            else:
-                Xl[s, lane] = xs16[2 * g] + xs16[2 * g + 1]
+                _add_lane_sums(xi, base[s] + 64 * v, S, s)
+
+
+@njit(cache=True)
+def _prepare(x, G, src4, base, vectors, block, group, sums, xq, xd, xs16, xi, dxl, Xl, S):
+    for t in range(x.shape[0]):
+        _prep_token(x[t], G, src4, base, vectors, block, group, sums, xq[t], xd[t], xs16[t], xi[t], dxl[t], Xl[t], S[t])
+
+
+def prepare(x: np.ndarray, G: int, sums: bool) -> dict:
+    """What the kernels compute of activations x (T, K) float32 for rows in groups of G, as arrays: xq, xd,
+    xs16 (the quantization), xi (interleaved), dxl, Xl (the sets' lanes) and, with `sums`, S. For tests."""
+    T, K = x.shape
+    sets = Sets.of(K, G)
+    src4, base = sets.tables[:2]
+    n = base.shape[0]
+    out = {"xq": np.empty((T, K), np.int8), "xd": np.empty((T, K // 32), np.float32), "xs16": np.empty((T, K // 16), np.float32),
+           "xi": np.empty((T, 4 * src4.shape[0]), np.int8), "dxl": np.empty((T, n, 16), np.float32),
+           "Xl": np.empty((T, n, 16), np.float32), "S": np.zeros((T, n, 16), np.int32)}
+    _prepare(np.ascontiguousarray(x, np.float32), G, *sets.tables, sums, *out.values())
+    return out
 
 
 def _make_linear(isa: str, layout: str, half: bool):

@@ -205,6 +205,44 @@ def test_interleaved_sets_round_trip(groups, G, nibbles):
     np.testing.assert_array_equal(padded[:, :groups], d)
 
 
+@pytest.mark.parametrize("K,G", [(576, 32), (640, 32), (96, 32), (2048, 16), (80 + 16, 16), (1536, 32)])
+def test_int8_activation_preparation_is_its_definition(K, G):
+    """What every int8 kernel reads of its activations, against numpy: each 32-block quantized to
+    round-half-to-even(x / dx) with dx = max|x| / 127 (as x * (127 / max|x|); an all-zero block gives 0 and 0),
+    dx * sum(xq) per 16, the bytes interleaved as the rows are (Sets.src), and each set's lanes: the scale of
+    the lane's group, its offset share, and the lane sums the signed-byte kernels start from."""
+    rng = np.random.default_rng(K + G)
+    T = 5
+    x = (rng.standard_normal((T, K)) * np.exp(rng.uniform(-30, 30, (T, K // 32, 1))).repeat(32, 1).reshape(T, K)).astype(np.float32)
+    x[0, :32] = 0.0
+    x[1, 32:64] = -0.0
+    x[2, :32] = rng.uniform(-1e-36, 1e-36, 32)  # tiny (127 / max|x| still finite)
+    x[3, 3] = 1e-42  # a subnormal beside larger values
+    got = vnni.prepare(x, G, sums=True)
+    blocks = x.reshape(T, -1, 32)
+    amax = np.abs(blocks).max(-1)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+    xq = np.rint(blocks * inv[..., None]).astype(np.int8).reshape(T, K)
+    xd = (amax / np.float32(127.0)).astype(np.float32)
+    np.testing.assert_array_equal(got["xq"], xq)
+    np.testing.assert_array_equal(got["xd"].view(np.uint32), xd.view(np.uint32))
+    sums16 = xq.reshape(T, -1, 16).astype(np.int32).sum(-1)
+    np.testing.assert_array_equal(got["xs16"], np.repeat(xd, 2, 1) * sums16.astype(np.float32))
+    sets = vnni.Sets.of(K, G)
+    src = sets.src
+    np.testing.assert_array_equal(got["xi"], np.where(src >= 0, xq[:, np.maximum(src, 0)], 0))
+    _, base, vectors, block, group = sets.tables
+    for s in range(len(base)):
+        np.testing.assert_array_equal(got["dxl"][:, s], np.where(block[s] >= 0, xd[:, np.maximum(block[s], 0)], 0))
+        shares = got["xs16"][:, np.maximum(group[s], 0) * (G // 16)]
+        if G == 32:
+            shares = shares + got["xs16"][:, np.maximum(group[s], 0) * 2 + 1]
+        np.testing.assert_array_equal(got["Xl"][:, s], np.where(group[s] >= 0, shares, 0))
+        lanes = got["xi"][:, base[s]:base[s] + 64 * vectors[s]].astype(np.int32).reshape(T, vectors[s], 16, 4).sum((1, 3))
+        np.testing.assert_array_equal(got["S"][:, s], lanes)
+
+
 def columns(qtype: str) -> list[int]:
     """512, and for the 32-element types 544 and 640 too: an odd count of blocks (padded with a zero one),
     and 20 blocks (a set of 16 and one of 4, Gemma-3's rows)."""
