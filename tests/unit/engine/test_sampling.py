@@ -46,9 +46,31 @@ def test_negative_seeds_map_to_their_64_bit_twos_complement():
     assert [a(logits) for _ in range(10)] == [b(logits) for _ in range(10)]
 
 
-def test_non_finite_logits_fail_the_sequence():
-    with pytest.raises(FloatingPointError):
-        Sampler(Sampling(temperature=0.0))(np.array([0.0, np.nan], np.float32))
+@pytest.mark.parametrize("sampling", [Sampling(temperature=0.0), Sampling(temperature=0.7, seed=1), Sampling(top_k=1)])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("at", [0, 3, 999])
+def test_non_finite_logits_fail_the_sequence(sampling, bad, at):
+    """A NaN or +inf anywhere in the row fails it, wherever it sits and whatever else the row holds
+    (an allowed-token mask that excludes it included); -inf is a logit like any other."""
+    for dtype in (np.float32, np.float64):
+        logits = np.linspace(-3, 3, 1000).astype(dtype)
+        logits[5] = 1e30 if dtype == np.float64 else 3e38  # a larger finite logit elsewhere
+        logits[at] = bad
+        with pytest.raises(FloatingPointError, match="non-finite"):
+            Sampler(sampling)(logits)
+        with pytest.raises(FloatingPointError, match="non-finite"):
+            Sampler(sampling)(logits, allowed=np.arange(1000) == 7)
+    fine = np.linspace(-3, 3, 1000).astype(np.float32)
+    fine[10] = -np.inf
+    assert Sampler(Sampling(temperature=0.0))(fine) == 999
+
+
+def test_greedy_takes_the_first_of_equal_best_logits_and_respects_the_mask():
+    logits = np.array([0.5, 2.0, -1.0, 2.0, 2.0], np.float32)
+    greedy = Sampler(Sampling(temperature=0.0))
+    assert greedy(logits) == 1
+    assert greedy(logits, allowed=np.array([True, False, True, True, True])) == 3
+    assert greedy(logits, allowed=np.array([True, False, True, False, False])) == 0
 
 
 @pytest.mark.parametrize("params,field", [
