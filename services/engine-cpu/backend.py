@@ -87,6 +87,19 @@ class QMatrix:
         return (self.q.shape[0], self.cols) if self.group else (self.q.shape[0], self.q.shape[1] * self.sub)
 
 
+def _aligned(a: np.ndarray) -> np.ndarray:
+    """`a` (C-contiguous) with its first byte 64-byte aligned, copied where it is not: the int8 kernels load
+    whole 64-byte vectors of a row, and one that straddles two cache lines costs two loads (a 16-token tile
+    ran 0-9% slower on misaligned rows, Intel Xeon)."""
+    if a.ctypes.data % 64 == 0:
+        return a
+    buf = np.empty(a.nbytes + 64, np.uint8)
+    skip = -buf.ctypes.data % 64
+    out = buf[skip:skip + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
 def _as_half_if_exact(values: np.ndarray) -> np.ndarray:
     """float32 -> IEEE half bits (uint16) when every value survives the round trip exactly (scales read
     from f16 fields do), else unchanged: the int8 kernels widen halves on load, halving scale traffic."""
@@ -289,7 +302,7 @@ class NumbaBackend:
                     raise BackendError(f"{t.source}: tensor {t.name!r}: {t.qtype} has {sub}-element sub-blocks; "
                                        "the int8 path takes 16 or 32")
                 v = self.vnni
-                return QMatrix(v.interleave(q, layout == "nib"), v.padded_groups(_as_half_if_exact(scale), sub),
+                return QMatrix(_aligned(v.interleave(q, layout == "nib")), v.padded_groups(_as_half_if_exact(scale), sub),
                                v.padded_groups(offset, sub) if offset.any() else None, t.qtype, layout, t.columns,
                                group=sub, cols=subs * sub)
             w = QMatrix(np.ascontiguousarray(q), np.ascontiguousarray(scale),
@@ -319,7 +332,7 @@ class NumbaBackend:
             if same_columns and all(w.layout == first.layout and w.q.shape[1:] == first.q.shape[1:] and w.group == first.group
                                     and w.cols == first.cols and w.scale.dtype == first.scale.dtype for w in weights):
                 offsets = None if all(w.offset is None for w in weights) else np.concatenate([_offsets(w) for w in weights])
-                return QMatrix(np.ascontiguousarray(np.concatenate([w.q for w in weights])),
+                return QMatrix(_aligned(np.concatenate([w.q for w in weights])),
                                np.ascontiguousarray(np.concatenate([w.scale for w in weights])),
                                None if offsets is None else np.ascontiguousarray(offsets),
                                "+".join(sorted({w.qtype for w in weights})), first.layout, first.columns,

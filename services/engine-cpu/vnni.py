@@ -785,6 +785,15 @@ def prepare(x: np.ndarray, G: int, sums: bool) -> dict:
     return out
 
 
+@njit(inline="always", cache=True)
+def _aligned_rows(T: int, W: int) -> np.ndarray:
+    """An uninitialised (T, W) int8 array whose first byte is 64-byte aligned (W a multiple of 64 keeps every
+    row so): the kernels load whole 64-byte vectors, and one that straddles two cache lines costs two."""
+    buf = np.empty(T * W + 64, np.int8)
+    skip = (64 - buf.ctypes.data % 64) % 64
+    return buf[skip:skip + T * W].reshape((T, W))
+
+
 def _make_linear(isa: str, layout: str, half: bool):
     kind = layout.split("_")[0]  # "nib", "u8_32" -> "u8", "i8_16" -> "i8"
     G = 16 if layout.endswith("_16") else 32
@@ -804,7 +813,7 @@ def _make_linear(isa: str, layout: str, half: bool):
         xq = np.empty((T, K), np.int8)
         xd = np.empty((T, K // 32), np.float32)
         xs16 = np.empty((T, K // 16), np.float32)
-        xi = np.empty((T, 4 * src4.shape[0]), np.int8)
+        xi = _aligned_rows(T, 4 * src4.shape[0])
         dxl = np.empty((T, sets, 16), np.float32)
         Xl = np.empty((T, sets, 16), np.float32)
         S = np.empty((T, sets, 16), np.int32) if sums else np.empty((1, sets, 16), np.int32)  # unread without
