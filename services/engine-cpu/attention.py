@@ -122,12 +122,17 @@ def _make_qk(heads: int, vectors: int, half: bool = False):
         qrows = [builder.bitcast(_address(builder, q, (builder.add(builder.mul(kvh, G), builder.add(g0, ir.Constant(_I64, h))), qs)),
                                  _F32.as_pointer()) for h in range(heads)]
         kfirst = builder.add(lo, j0)
+        starts = [builder.add(kfirst, ir.Constant(_I64, 16 * v)) for v in range(vectors)]
+        if half:  # whole loads: a vector wholly past the visible keys reads the last one's instead (its lanes are
+            # never stored), so no load reaches past the HALF_PAD positions after the capacity
+            last = builder.sub(builder.add(lo, count), ir.Constant(_I64, 1))
+            starts = [builder.select(builder.icmp_signed("<=", st, last), st, last) for st in starts]
 
         def operand(h, d):
             return builder.load(builder.gep(qrows[h], [d]))
 
         def vector_ptr(v, d):
-            p = _address(builder, kt, (kvh, ks0), (d, ks1), (builder.add(kfirst, ir.Constant(_I64, 16 * v)), size))
+            p = _address(builder, kt, (kvh, ks0), (d, ks1), (starts[v], size))
             return builder.bitcast(p, (_V16I16 if half else _V16F32).as_pointer())
 
         def store(h, v, acc, mask):
@@ -163,12 +168,16 @@ def _make_pv(heads: int, vectors: int, half: bool = False):
         four, size = ir.Constant(_I64, 4), ir.Constant(_I64, 2 if half else 4)
         prows = [builder.bitcast(_address(builder, p, (builder.add(g0, ir.Constant(_I64, h)), ps)), _F32.as_pointer())
                  for h in range(heads)]
+        starts = [builder.add(dd0, ir.Constant(_I64, 16 * v)) for v in range(vectors)]
+        if half:  # whole loads: a vector wholly past the features reads the row's first ones instead (never stored),
+            # so a load reaches at most 15 values past a row (value_rows pads the last)
+            starts = [builder.select(builder.icmp_signed("<", st, D), st, ir.Constant(_I64, 0)) for st in starts]
 
         def operand(h, j):
             return builder.load(builder.gep(prows[h], [j]))
 
         def vector_ptr(v, j):
-            ptr = _address(builder, va, (kvh, vs0), (builder.add(lo, j), vs1), (builder.add(dd0, ir.Constant(_I64, 16 * v)), size))
+            ptr = _address(builder, va, (kvh, vs0), (builder.add(lo, j), vs1), (starts[v], size))
             return builder.bitcast(ptr, (_V16I16 if half else _V16F32).as_pointer())
 
         def store(h, v, acc, mask):
@@ -249,6 +258,13 @@ HALF_PAD = 16  # positions past the capacity in a half cache's kt (a 16-lane loa
 
 
 @njit(inline="always", cache=True)
+def value_rows(capacity: int, D: int) -> int:
+    """Rows (positions) of a half cache's values per head: the capacity, then enough for a 16-lane load that
+    starts within the last row to stay inside (one row from 16 features up)."""
+    return capacity + max(1, (15 + D - 1) // D)
+
+
+@njit(inline="always", cache=True)
 def _layer_of_half(address: int, layer: int, a: int, b: int, c: int) -> np.ndarray:
     """Layer `layer` (a, b, c) of a uint16 (L, a, b, c) array at `address`."""
     return carray(_uint16_ptr(address + 2 * layer * a * b * c), (a, b, c))
@@ -325,7 +341,7 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
     """q (T, H, D) and the new k_pre, k, v (T, Hkv, D) of a batch; caches (C, CACHE_FIELDS), one line per
     segment: its cache's arrays k, v, k_pre (L, Hkv, S, D) and kt (L, Hkv, D, S) by address, S, the cache's
     length before this call and the segment's rows [first, stop), and its half values' address (CACHE_FIELDS;
-    a half cache's kt is (L, Hkv, D, S + HALF_PAD) half floats and its values (L, Hkv, S + 1, D)). Row t of segment c is at position
+    a half cache's kt is (L, Hkv, D, S + HALF_PAD) half floats and its values (L, Hkv, value_rows(S, D), D)). Row t of segment c is at position
     length + t - first. Stores the new rows in layer `layer` of their caches, then -> out (T, H, D).
     slopes: (H,) float32 ALiBi slopes, or empty for none (_attend).
 
@@ -350,7 +366,7 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
                     vc[h, p, d] = v[t, h, d]
         if caches[c, 8] != 0:
             kth = _layer_of_half(caches[c, 3], layer, Hkv, D, cap + HALF_PAD)
-            vh = _layer_of_half(caches[c, 8], layer, Hkv, cap + 1, D)
+            vh = _layer_of_half(caches[c, 8], layer, Hkv, value_rows(cap, D), D)
             for t in range(first, caches[c, 7]):
                 p = length + t - first
                 for h in range(Hkv):
@@ -380,7 +396,7 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
         pos = caches[c, 5] + t - caches[c, 6]
         if caches[c, 8] != 0:
             _attend(q[t], no_f32, no_f32, _layer_of_half(caches[c, 3], layer, Hkv, D, cap + HALF_PAD),
-                    _layer_of_half(caches[c, 8], layer, Hkv, cap + 1, D), True, pos, kvh, window, scale, softcap,
+                    _layer_of_half(caches[c, 8], layer, Hkv, value_rows(cap, D), D), True, pos, kvh, window, scale, softcap,
                     slopes, sinks, out[t])
         else:
             _attend(q[t], _layer_of(caches[c, 3], layer, Hkv, D, cap), _layer_of(caches[c, 1], layer, Hkv, cap, D),

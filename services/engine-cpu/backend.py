@@ -128,8 +128,8 @@ def pack_nibbles(q: np.ndarray) -> np.ndarray:
 class NumbaKVCache(KVCache):
     """KVCache plus the copies the attention kernel reads: the keys transposed, (L, Hkv, D, S) float32; or, for
     a `half` cache (the int8 path's), the keys transposed and the values as half floats (their uint16 bits:
-    numba has no float16 on the CPU), (L, Hkv, D, S + HALF_PAD) and (L, Hkv, S + 1, D), padded so that the
-    kernel's whole-vector loads stay inside them. Half the bytes a decode step reads per cached position, as
+    numba has no float16 on the CPU), (L, Hkv, D, S + HALF_PAD) and (L, Hkv, value_rows(S, D), D), padded so that
+    the kernel's whole-vector loads stay inside them. Half the bytes a decode step reads per cached position, as
     llama.cpp's default f16 cache; each value rounded to nearest (ties to even) from the float32 one.
     Kept in step on every write and after every move (`keys_changed`, which the KV-MMU's moves of keys and
     values call); `k` and `v` stay the cache's truth (digests, moves), so a move followed by the copy's refresh
@@ -141,7 +141,7 @@ class NumbaKVCache(KVCache):
         super().__init__(*args, **kwargs)
 
     def _alloc(self, capacity: int) -> None:
-        from fak_engine_cpu.attention import HALF_PAD
+        from fak_engine_cpu.attention import HALF_PAD, value_rows
 
         old_kt, old_vh = getattr(self, "kt", None), getattr(self, "vh", None)
         super()._alloc(capacity)
@@ -150,7 +150,7 @@ class NumbaKVCache(KVCache):
         n = min(getattr(self, "length", 0), capacity)
         if self.half:
             self.kt = np.zeros((n_layers, n_kv, hd, capacity + HALF_PAD), np.uint16)
-            self.vh = np.zeros((n_layers, n_kv, capacity + 1, hd), np.uint16)
+            self.vh = np.zeros((n_layers, n_kv, value_rows(capacity, hd), hd), np.uint16)
             if old_vh is not None:
                 self.vh[:, :, :n] = old_vh[:, :, :n]
         else:

@@ -371,3 +371,67 @@ def test_half_cache_copies_follow_writes_growth_and_moves_and_attend_as_rounded_
     got = nb.attention(q1, k1, k1, v1, [Segment(copy, slice(0, 1))], 1, 0, 0.125, 0.0)
     want = nb.attention(q1, k1r, k1r, v1r, [Segment(rounded, slice(0, 1))], 1, 0, 0.125, 0.0)
     assert np.array_equal(got, want)
+
+
+GUARDED_ATTENTION = r'''
+import ctypes, mmap, sys
+import numpy as np
+from fak_engine_cpu.backend import NumbaBackend, NumbaKVCache
+from fakcore.engine.backend import Segment
+
+libc, keep = ctypes.CDLL(None), []
+
+
+def guarded(a):
+    """A copy of `a` that ends where a PROT_NONE page begins: a read past its last byte faults."""
+    page = mmap.PAGESIZE
+    total = (a.nbytes + page - 1) // page * page + page
+    buf = mmap.mmap(-1, total, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert libc.mprotect(ctypes.c_void_p(base + total - page), page, 0) == 0
+    out = np.frombuffer((ctypes.c_char * a.nbytes).from_address(base + total - page - a.nbytes), a.dtype).reshape(a.shape)
+    out[...] = a
+    keep.append(buf)
+    return out
+
+
+nb = NumbaBackend(activations="int8")
+rng = np.random.default_rng(0)
+for D in (64, 16, 8):
+    for Hkv, H in ((1, 1), (1, 3), (1, 4), (3, 9), (2, 10)):
+        for capacity in (64, 200, 1000):
+            for window in (0, 37):
+                caches = []
+                for guard in (False, True):
+                    c = NumbaKVCache(1, Hkv, D, half=True)
+                    c.reserve(capacity)
+                    n = c.capacity - 1  # full after this row: the last tile reads the furthest
+                    keys = np.random.default_rng(n).standard_normal((n, Hkv, D)).astype(np.float32)
+                    c.write(0, 0, keys, keys, keys)
+                    c.commit(list(range(n)))
+                    if guard:
+                        c.kt, c.vh = guarded(c.kt), guarded(c.vh)
+                        c.addresses = (*c.addresses[:3], c.kt.ctypes.data, c.addresses[4])
+                        c.half_values = c.vh.ctypes.data
+                    caches.append(c)
+                q = rng.standard_normal((1, H, D)).astype(np.float32)
+                k = rng.standard_normal((1, Hkv, D)).astype(np.float32)
+                plain, fenced = (nb.attention(q, k, k, k, [Segment(c, slice(0, 1))], 0, window, 0.125, 0.0) for c in caches)
+                assert np.array_equal(plain, fenced), (D, H, capacity, window)
+print("ok")
+'''
+
+
+def test_half_attention_reads_nothing_past_its_caches():
+    """Attention over half caches loads whole 16-lane vectors; none may reach past the cache's arrays. Each
+    case runs against a cache whose half-float keys and values end at a page the process may not read (a read
+    past them faults), in a child process so that a fault fails this test rather than the run: full caches of
+    several capacities, query groups of 1 to 5 heads (the scores' tiles span 32 to 128 keys), head sizes 64, 16
+    and 8, a sliding window (unaligned first keys) or none; the results equal those over ordinary arrays."""
+    import subprocess
+    import sys
+
+    if not INT8_PATHS:
+        pytest.fail("this machine runs no int8 path: the half caches cannot be exercised")
+    done = subprocess.run([sys.executable, "-c", GUARDED_ATTENTION], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
