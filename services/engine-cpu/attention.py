@@ -107,7 +107,10 @@ def _address(builder, arr, *index_strides):
 def _make_qk(heads: int, vectors: int, half: bool = False):
     """_qk(q (H, D), keys_t (Hkv, D, S), kvh, lo, count, g0, j0, scores (G, count)): scores[g0 + h, j0 + j]
     for h < heads and j < 16 * vectors (within count) = sum over d of q[kvh * G + g0 + h, d] *
-    keys_t[kvh, d, lo + j0 + j]. half: keys_t holds half floats' bits (uint16)."""
+    keys_t[kvh, d, lo + j0 + j]. half: the keys are half floats' bits (uint16) in blocks of 16 positions,
+    keys_t (Hkv, blocks, D, 16) holding position p's feature d at [kvh, p // 16, d, p % 16] (a block's D x 16
+    values contiguous: a decode query over a short context reads one stretch of memory, where a row per
+    feature touched D cache lines), and lo a multiple of 16."""
 
     def codegen(context, builder, signature, args):
         q, kt, kvh, lo, count, g0, j0, sc = args
@@ -117,22 +120,27 @@ def _make_qk(heads: int, vectors: int, half: bool = False):
         D = builder.extract_value(q.shape, 1)
         qs = builder.extract_value(q.strides, 0)
         ks0, ks1 = builder.extract_value(kt.strides, 0), builder.extract_value(kt.strides, 1)
+        ks2 = builder.extract_value(kt.strides, 2) if half else None
         ss = builder.extract_value(sc.strides, 0)
-        four, size = ir.Constant(_I64, 4), ir.Constant(_I64, 2 if half else 4)
+        four = ir.Constant(_I64, 4)
         qrows = [builder.bitcast(_address(builder, q, (builder.add(builder.mul(kvh, G), builder.add(g0, ir.Constant(_I64, h))), qs)),
                                  _F32.as_pointer()) for h in range(heads)]
         kfirst = builder.add(lo, j0)
         starts = [builder.add(kfirst, ir.Constant(_I64, 16 * v)) for v in range(vectors)]
-        if half:  # whole loads: a vector wholly past the visible keys reads the last one's instead (its lanes are
-            # never stored), so no load reaches past the HALF_PAD positions after the capacity
+        if half:  # whole blocks: a vector wholly past the visible keys reads the last one's block instead (its
+            # lanes are never stored), so no load reaches past the cache's blocks
             last = builder.sub(builder.add(lo, count), ir.Constant(_I64, 1))
-            starts = [builder.select(builder.icmp_signed("<=", st, last), st, last) for st in starts]
+            blocks = [builder.ashr(builder.select(builder.icmp_signed("<=", st, last), st, last), ir.Constant(_I64, 4))
+                      for st in starts]
 
         def operand(h, d):
             return builder.load(builder.gep(qrows[h], [d]))
 
         def vector_ptr(v, d):
-            p = _address(builder, kt, (kvh, ks0), (d, ks1), (starts[v], size))
+            if half:
+                p = _address(builder, kt, (kvh, ks0), (blocks[v], ks1), (d, ks2))
+            else:
+                p = _address(builder, kt, (kvh, ks0), (d, ks1), (starts[v], four))
             return builder.bitcast(p, (_V16I16 if half else _V16F32).as_pointer())
 
         def store(h, v, acc, mask):
@@ -254,7 +262,13 @@ _scores_half, _weighted_values_half = _make_passes(True)
 CACHE_FIELDS = 9  # k, v, k_pre (0: none), kt addresses; capacity; cache length; the segment's first, last+1 row;
 # the half-float values' address, 0 for a float32 cache (then kt is float32; else kt and the values the kernel
 # reads are half floats: see engine-cpu's NumbaKVCache)
-HALF_PAD = 16  # positions past the capacity in a half cache's kt (a 16-lane load from the last valid key stays inside)
+KEY_BLOCK = 16  # positions per block of a half cache's keys: (L, Hkv, blocks, D, KEY_BLOCK), blocks = key_blocks(S)
+
+
+@njit(inline="always", cache=True)
+def key_blocks(capacity: int) -> int:
+    """Blocks of KEY_BLOCK positions a half cache's keys take per head."""
+    return (capacity + KEY_BLOCK - 1) // KEY_BLOCK
 
 
 @njit(inline="always", cache=True)
@@ -271,6 +285,14 @@ def _layer_of_half(address: int, layer: int, a: int, b: int, c: int) -> np.ndarr
 
 
 @njit(inline="always", cache=True)
+def _key_blocks_of(address: int, layer: int, Hkv: int, capacity: int, D: int) -> np.ndarray:
+    """Layer `layer` (Hkv, blocks, D, KEY_BLOCK) of a half cache's keys (uint16, (L, Hkv, blocks, D, KEY_BLOCK)) at
+    `address`."""
+    blocks = key_blocks(capacity)
+    return carray(_uint16_ptr(address + 2 * layer * Hkv * blocks * D * KEY_BLOCK), (Hkv, blocks, D, KEY_BLOCK))
+
+
+@njit(inline="always", cache=True)
 def _layer_of(address: int, layer: int, a: int, b: int, c: int) -> np.ndarray:
     """Layer `layer` (a, b, c) of a float32 (L, a, b, c) array at `address`."""
     return carray(_float32_ptr(address + 4 * layer * a * b * c), (a, b, c))
@@ -282,7 +304,8 @@ def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, keys_half: np
             sinks: np.ndarray, out: np.ndarray) -> None:
     """One query (H, D) at position `pos`, key/value head kvh's whole query group, against keys_t (Hkv, D, S)
     (keys transposed: one row per feature) and values (Hkv, S, D) -> out (H, D) for that group's heads; with
-    `half`, against keys_half and values_half instead, the same arrays' half-float copies (uint16 bits; padded).
+    `half`, against keys_half (Hkv, blocks, D, KEY_BLOCK) and values_half instead, the same values as half floats
+    (uint16 bits; the keys in blocks of positions, the values padded).
 
     Every key and value row is read once per tile of (up to 4) heads. Per query head: scores over its visible keys,
     accumulated feature by feature with each key in its own lane (no cross-key reduction), a max-subtracted
@@ -296,10 +319,14 @@ def _attend(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray, keys_half: np
     if window > 0 and pos - window + 1 > 0:
         lo = pos - window + 1
     count = pos + 1 - lo
-    scores = np.empty((G, count), np.float32)
-    if half:
-        _scores_half(q, keys_half, kvh, lo, count, G, count, scores)
+    if half:  # the half keys' tiles start on a block: the scores of the keys before lo in its block are made
+        # too (each its own chain, as any score) and left out of the view
+        skip = lo % KEY_BLOCK
+        scored = np.empty((G, skip + count), np.float32)
+        _scores_half(q, keys_half, kvh, lo - skip, skip + count, G, skip + count, scored)
+        scores = scored[:, skip:]
     else:
+        scores = np.empty((G, count), np.float32)
         _scores(q, keys_t, kvh, lo, count, G, count, scores)
     for g in range(G):
         srow = scores[g]
@@ -341,7 +368,7 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
     """q (T, H, D) and the new k_pre, k, v (T, Hkv, D) of a batch; caches (C, CACHE_FIELDS), one line per
     segment: its cache's arrays k, v, k_pre (L, Hkv, S, D) and kt (L, Hkv, D, S) by address, S, the cache's
     length before this call and the segment's rows [first, stop), and its half values' address (CACHE_FIELDS;
-    a half cache's kt is (L, Hkv, D, S + HALF_PAD) half floats and its values (L, Hkv, value_rows(S, D), D)). Row t of segment c is at position
+    a half cache's kt is (L, Hkv, key_blocks(S), D, KEY_BLOCK) half floats and its values (L, Hkv, value_rows(S, D), D)). Row t of segment c is at position
     length + t - first. Stores the new rows in layer `layer` of their caches, then -> out (T, H, D).
     slopes: (H,) float32 ALiBi slopes, or empty for none (_attend).
 
@@ -365,13 +392,13 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
                     kc[h, p, d] = k[t, h, d]
                     vc[h, p, d] = v[t, h, d]
         if caches[c, 8] != 0:
-            kth = _layer_of_half(caches[c, 3], layer, Hkv, D, cap + HALF_PAD)
+            kth = _key_blocks_of(caches[c, 3], layer, Hkv, cap, D)
             vh = _layer_of_half(caches[c, 8], layer, Hkv, value_rows(cap, D), D)
             for t in range(first, caches[c, 7]):
                 p = length + t - first
                 for h in range(Hkv):
                     for d in range(D):
-                        kth[h, d, p] = _half_bits(k[t, h, d])
+                        kth[h, p // KEY_BLOCK, d, p % KEY_BLOCK] = _half_bits(k[t, h, d])
                         vh[h, p, d] = _half_bits(v[t, h, d])
         else:
             ktc = _layer_of(caches[c, 3], layer, Hkv, D, cap)
@@ -388,6 +415,7 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
                         kpc[h, length + t - first, d] = k_pre[t, h, d]
     no_f32 = np.empty((1, 1, 1), np.float32)  # the other kind's arrays, unread
     no_half = np.empty((1, 1, 1), np.uint16)
+    no_blocks = np.empty((1, 1, 1, 1), np.uint16)
     for job in prange(T * Hkv):
         t = job // Hkv
         kvh = job - t * Hkv
@@ -395,11 +423,11 @@ def attention(q: np.ndarray, k_pre: np.ndarray, k: np.ndarray, v: np.ndarray, ca
         cap = caches[c, 4]
         pos = caches[c, 5] + t - caches[c, 6]
         if caches[c, 8] != 0:
-            _attend(q[t], no_f32, no_f32, _layer_of_half(caches[c, 3], layer, Hkv, D, cap + HALF_PAD),
+            _attend(q[t], no_f32, no_f32, _key_blocks_of(caches[c, 3], layer, Hkv, cap, D),
                     _layer_of_half(caches[c, 8], layer, Hkv, value_rows(cap, D), D), True, pos, kvh, window, scale, softcap,
                     slopes, sinks, out[t])
         else:
             _attend(q[t], _layer_of(caches[c, 3], layer, Hkv, D, cap), _layer_of(caches[c, 1], layer, Hkv, cap, D),
-                    no_half, no_half, False, pos, kvh, window, scale, softcap, slopes, sinks, out[t])
+                    no_blocks, no_half, False, pos, kvh, window, scale, softcap, slopes, sinks, out[t])
 
 

@@ -127,9 +127,10 @@ def pack_nibbles(q: np.ndarray) -> np.ndarray:
 
 class NumbaKVCache(KVCache):
     """KVCache plus the copies the attention kernel reads: the keys transposed, (L, Hkv, D, S) float32; or, for
-    a `half` cache (the int8 path's), the keys transposed and the values as half floats (their uint16 bits:
-    numba has no float16 on the CPU), (L, Hkv, D, S + HALF_PAD) and (L, Hkv, value_rows(S, D), D), padded so that
-    the kernel's whole-vector loads stay inside them. Half the bytes a decode step reads per cached position, as
+    a `half` cache (the int8 path's), the keys and the values as half floats (their uint16 bits: numba has no
+    float16 on the CPU), the keys in blocks of 16 positions (L, Hkv, key_blocks(S), D, 16) (position p's
+    feature d at [.., p // 16, d, p % 16]: a block of keys is one stretch of memory; attention.KEY_BLOCK) and the values
+    (L, Hkv, value_rows(S, D), D), padded so that the kernel's whole-vector loads stay inside them. Half the bytes a decode step reads per cached position, as
     llama.cpp's default f16 cache; each value rounded to nearest (ties to even) from the float32 one.
     Kept in step on every write and after every move (`keys_changed`, which the KV-MMU's moves of keys and
     values call); `k` and `v` stay the cache's truth (digests, moves), so a move followed by the copy's refresh
@@ -141,7 +142,7 @@ class NumbaKVCache(KVCache):
         super().__init__(*args, **kwargs)
 
     def _alloc(self, capacity: int) -> None:
-        from fak_engine_cpu.attention import HALF_PAD, value_rows
+        from fak_engine_cpu.attention import KEY_BLOCK, key_blocks, value_rows
 
         old_kt, old_vh = getattr(self, "kt", None), getattr(self, "vh", None)
         super()._alloc(capacity)
@@ -149,14 +150,15 @@ class NumbaKVCache(KVCache):
         assert self.dtype == np.float32, "the attention kernel reads float32 caches"
         n = min(getattr(self, "length", 0), capacity)
         if self.half:
-            self.kt = np.zeros((n_layers, n_kv, hd, capacity + HALF_PAD), np.uint16)
+            self.kt = np.zeros((n_layers, n_kv, key_blocks(capacity), hd, KEY_BLOCK), np.uint16)
             self.vh = np.zeros((n_layers, n_kv, value_rows(capacity, hd), hd), np.uint16)
             if old_vh is not None:
                 self.vh[:, :, :n] = old_vh[:, :, :n]
+                self.kt[:, :, :key_blocks(n)] = old_kt[:, :, :key_blocks(n)]
         else:
             self.kt, self.vh = np.zeros((n_layers, n_kv, hd, capacity), self.dtype), None
-        if old_kt is not None:
-            self.kt[..., :n] = old_kt[..., :n]
+            if old_kt is not None:
+                self.kt[..., :n] = old_kt[..., :n]
         self.addresses = (self.k.ctypes.data, self.v.ctypes.data, 0 if self.k_pre is None else self.k_pre.ctypes.data,
                           self.kt.ctypes.data, capacity)
         self.half_values = 0 if self.vh is None else self.vh.ctypes.data  # the table's last field
@@ -169,7 +171,10 @@ class NumbaKVCache(KVCache):
         super().write(layer, start, k_pre, k, v)
         end = start + k.shape[0]
         if self.half:
-            self.kt[layer, :, :, start:end] = _half_bits(k.transpose(1, 2, 0))
+            from fak_engine_cpu.attention import KEY_BLOCK
+
+            p = np.arange(start, end)
+            self.kt[layer, :, p // KEY_BLOCK, :, p % KEY_BLOCK] = _half_bits(k)  # (rows, Hkv, D) at each row's block and lane
             self.vh[layer, :, start:end] = _half_bits(v.transpose(1, 0, 2))
         else:
             self.kt[layer, :, :, start:end] = k.transpose(1, 2, 0)
@@ -178,7 +183,10 @@ class NumbaKVCache(KVCache):
         if b <= a:
             return
         if self.half:  # from the moved truth, as a write would have made them
-            self.kt[..., a:b] = _half_bits(self.k[:, :, a:b].transpose(0, 1, 3, 2))
+            from fak_engine_cpu.attention import KEY_BLOCK
+
+            p = np.arange(a, b)
+            self.kt[:, :, p // KEY_BLOCK, :, p % KEY_BLOCK] = _half_bits(self.k[:, :, a:b].transpose(2, 0, 1, 3))
             self.vh[:, :, a:b] = _half_bits(self.v[:, :, a:b])
         else:
             from fak_engine_cpu import kernels

@@ -70,24 +70,31 @@ NAN_BITS = np.uint16(0x7E00)  # a half NaN: what the padding holds in the test b
 @pytest.mark.parametrize("D,S,lo,count", [(64, 100, 0, 37), (72, 70, 5, 64), (256, 300, 11, 129), (64, 33, 0, 33)])
 def test_half_tiles_equal_float_tiles_on_the_rounded_values(D, S, lo, count):
     """The int8 path's caches keep half-float copies of keys and values for the kernel to read (NumbaKVCache,
-    half), loaded a whole vector at a time from padded arrays. Every tile shape gives exactly the float32
-    tiles' bits on the same values rounded to half floats (widening is exact; the FMAs are the same), and
-    nothing past the valid keys or features (NaN here) reaches a score or an output."""
+    half), loaded a whole vector at a time: the keys in blocks of 16 positions (a tile starts on a block, so
+    the kernel scores from the block boundary before lo and keeps the rest, as here), the values padded. Every
+    tile shape gives exactly the float32 tiles' bits on the same values rounded to half floats (widening is
+    exact; the FMAs are the same), and nothing past the valid keys or features (NaN here) reaches a score or
+    an output."""
     rng = np.random.default_rng(D + count + 1)
     Hkv, G, kvh = 2, 12, 1
     q = rng.standard_normal((Hkv * G, D)).astype(np.float32)
     keys_t = rng.standard_normal((Hkv, D, S)).astype(np.float16)
     values = rng.standard_normal((Hkv, S, D)).astype(np.float16)
     p = rng.random((G, count)).astype(np.float32)
-    keys_half = np.full((Hkv, D, S + attention.HALF_PAD), NAN_BITS, np.uint16)
+    blocks = attention.key_blocks(S)
+    keys_half = np.full((Hkv, D, blocks * attention.KEY_BLOCK), NAN_BITS, np.uint16)
     keys_half[:, :, :S] = keys_t.view(np.uint16)
+    keys_half = np.ascontiguousarray(keys_half.reshape(Hkv, D, blocks, attention.KEY_BLOCK).transpose(0, 2, 1, 3))
+    skip = lo % attention.KEY_BLOCK
     values_half = np.full((Hkv, S + 1, D), NAN_BITS, np.uint16)
     values_half[:, :S] = values.view(np.uint16)
     for heads, vectors in SHAPES:
         want, got = np.full((G, count), np.nan, np.float32), np.full((G, count), np.nan, np.float32)
         scores_with(heads, vectors)(q, keys_t.astype(np.float32), kvh, lo, count, want)
-        scores_with(heads, vectors, half=True)(q, keys_half, kvh, lo, count, got)
-        assert np.array_equal(got, want) and not np.isnan(got).any()
+        scored = np.full((G, skip + count), np.nan, np.float32)
+        scores_with(heads, vectors, half=True)(q, keys_half, kvh, lo - skip, skip + count, scored)
+        got = scored[:, skip:]
+        assert np.array_equal(got, want) and not np.isnan(scored).any()
         want, got = np.full((Hkv * G, D), np.nan, np.float32), np.full((Hkv * G, D), np.nan, np.float32)
         values_with(heads, vectors)(p, values.astype(np.float32), kvh, lo, count, want)
         values_with(heads, vectors, half=True)(p, values_half, kvh, lo, count, got)

@@ -314,7 +314,9 @@ def half_of(x: np.ndarray) -> np.ndarray:
 
 def assert_half_copies_follow(cache) -> None:
     n = cache.length
-    assert np.array_equal(cache.kt[..., :n], half_of(cache.k[:, :, :n].transpose(0, 1, 3, 2)))
+    L, Hkv, blocks, D, width = cache.kt.shape  # keys in blocks of positions: back to one row per feature
+    keys_t = cache.kt.transpose(0, 1, 3, 2, 4).reshape(L, Hkv, D, blocks * width)
+    assert np.array_equal(keys_t[..., :n], half_of(cache.k[:, :, :n].transpose(0, 1, 3, 2)))
     assert np.array_equal(cache.vh[:, :, :n], half_of(cache.v[:, :, :n]))
 
 
