@@ -375,11 +375,9 @@ def test_half_cache_copies_follow_writes_growth_and_moves_and_attend_as_rounded_
     assert np.array_equal(got, want)
 
 
-GUARDED_ATTENTION = r'''
-import ctypes, mmap, sys
+GUARD = r'''
+import ctypes, mmap
 import numpy as np
-from fak_engine_cpu.backend import NumbaBackend, NumbaKVCache
-from fakcore.engine.backend import Segment
 
 libc, keep = ctypes.CDLL(None), []
 
@@ -395,7 +393,11 @@ def guarded(a):
     out[...] = a
     keep.append(buf)
     return out
+'''
 
+GUARDED_ATTENTION = GUARD + r'''
+from fak_engine_cpu.backend import NumbaBackend, NumbaKVCache
+from fakcore.engine.backend import Segment
 
 nb = NumbaBackend(activations="int8")
 rng = np.random.default_rng(0)
@@ -430,10 +432,55 @@ def test_half_attention_reads_nothing_past_its_caches():
     past them faults), in a child process so that a fault fails this test rather than the run: full caches of
     several capacities, query groups of 1 to 5 heads (the scores' tiles span 32 to 128 keys), head sizes 64, 16
     and 8, a sliding window (unaligned first keys) or none; the results equal those over ordinary arrays."""
+    run_guarded(GUARDED_ATTENTION)
+
+
+def run_guarded(script: str) -> None:
+    """Run a guarded-memory script in a child process: a read past an array faults there, failing the test
+    rather than the test run."""
     import subprocess
     import sys
 
     if not INT8_PATHS:
-        pytest.fail("this machine runs no int8 path: the half caches cannot be exercised")
-    done = subprocess.run([sys.executable, "-c", GUARDED_ATTENTION], capture_output=True, text=True, timeout=600)
+        pytest.fail("this machine runs no int8 path: its kernels cannot be exercised")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
+
+
+GUARDED_LINEAR = GUARD + r'''
+from fak_engine_cpu import vnni
+
+isa = next(isa for isa in vnni.ISAS if not vnni.missing_features(isa))
+rng = np.random.default_rng(0)
+R = 13  # not a multiple of a tile's rows: the single-row tiles run too
+for layout in ("nib", "u8_32", "u8_16", "i8_32", "i8_16"):
+    G = 16 if layout.endswith("_16") else 32
+    for K in (64, 576, 640, 2048):
+        groups = K // G
+        q = rng.integers(0, 16 if layout == "nib" else 256, (R, groups, G)).astype(np.int8 if layout.startswith("i8") else np.uint8)
+        w = vnni.interleave(q, layout == "nib")
+        sets = vnni.Sets.of(K, G)
+        for half in (False, True):
+            d = rng.random((R, groups)).astype(np.float16)
+            d = vnni.padded_groups(d.view(np.uint16) if half else d.astype(np.float32), G)
+            m = np.zeros((0, 0), np.float32)
+            if not layout.startswith("i8"):
+                m = rng.standard_normal((R, groups)).astype(np.float16)
+                m = vnni.padded_groups(m.view(np.uint16) if half else m.astype(np.float32), G)
+            kernel = vnni.LINEARS[isa][layout, half]
+            for T in (1, 3, 16):
+                x = rng.standard_normal((T, K)).astype(np.float32)
+                plain, fenced = np.empty((T, R), np.float32), np.empty((T, R), np.float32)
+                kernel(w, d, m, x, sets.tables, sets.full, sets.tails, plain)
+                kernel(guarded(w), guarded(d), guarded(m) if m.size else m, guarded(x), sets.tables, sets.full, sets.tails, fenced)
+                assert np.array_equal(plain, fenced), (layout, K, half, T)
+print("ok")
+'''
+
+
+def test_int8_linear_reads_nothing_past_its_arrays():
+    """The int8 kernels load whole vectors of weight rows, scales and activations; none may reach past their
+    arrays. Every layout, scales as half or float32, row lengths of one to 16+ groups (with tail sets), 1, 3 and
+    16 tokens, each array ending at a page the process may not read (child process); the results equal those
+    over ordinary arrays."""
+    run_guarded(GUARDED_LINEAR)
