@@ -128,10 +128,11 @@ def pack_nibbles(q: np.ndarray) -> np.ndarray:
 class NumbaKVCache(KVCache):
     """KVCache plus the copies the attention kernel reads: the keys transposed, (L, Hkv, D, S) float32; or, for
     a `half` cache (the int8 path's), the keys and the values as half floats (their uint16 bits: numba has no
-    float16 on the CPU), the keys in blocks of 16 positions (L, Hkv, key_blocks(S), D, 16) (position p's
-    feature d at [.., p // 16, d, p % 16]: a block of keys is one stretch of memory; attention.KEY_BLOCK) and the values
-    (L, Hkv, value_rows(S, D), D), padded so that the kernel's whole-vector loads stay inside them. Half the bytes a decode step reads per cached position, as
-    llama.cpp's default f16 cache; each value rounded to nearest (ties to even) from the float32 one.
+    float16 on the CPU), the keys in blocks of attention.KEY_BLOCK (16) positions, (L, Hkv, key_blocks(S), D,
+    16) with position p's feature d at [.., p // 16, d, p % 16] (a block of keys is one stretch of memory), and
+    the values (L, Hkv, value_rows(S, D), D), padded so that the kernel's whole-vector loads stay inside them.
+    Half the bytes a decode step reads per cached position, as llama.cpp's default f16 cache; each value
+    rounded to nearest (ties to even) from the float32 one.
     Kept in step on every write and after every move (`keys_changed`, which the KV-MMU's moves of keys and
     values call); `k` and `v` stay the cache's truth (digests, moves), so a move followed by the copy's refresh
     gives the same bits as writing the moved rows afresh. `addresses` names its arrays to the batched attention
@@ -152,9 +153,9 @@ class NumbaKVCache(KVCache):
         if self.half:
             self.kt = np.zeros((n_layers, n_kv, key_blocks(capacity), hd, KEY_BLOCK), np.uint16)
             self.vh = np.zeros((n_layers, n_kv, value_rows(capacity, hd), hd), np.uint16)
-            if old_vh is not None:
-                self.vh[:, :, :n] = old_vh[:, :, :n]
+            if old_kt is not None:
                 self.kt[:, :, :key_blocks(n)] = old_kt[:, :, :key_blocks(n)]
+                self.vh[:, :, :n] = old_vh[:, :, :n]
         else:
             self.kt, self.vh = np.zeros((n_layers, n_kv, hd, capacity), self.dtype), None
             if old_kt is not None:
@@ -174,7 +175,7 @@ class NumbaKVCache(KVCache):
             from fak_engine_cpu.attention import KEY_BLOCK
 
             p = np.arange(start, end)
-            self.kt[layer, :, p // KEY_BLOCK, :, p % KEY_BLOCK] = _half_bits(k)  # (rows, Hkv, D) at each row's block and lane
+            self.kt[layer, :, p // KEY_BLOCK, :, p % KEY_BLOCK] = _half_bits(k)  # (rows, Hkv, D): each row's block, lane
             self.vh[layer, :, start:end] = _half_bits(v.transpose(1, 0, 2))
         else:
             self.kt[layer, :, :, start:end] = k.transpose(1, 2, 0)
