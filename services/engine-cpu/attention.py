@@ -24,6 +24,9 @@ from fak_engine_cpu.kernels import FAST, _exp, _float32_ptr, _half_bits, _uint16
 _I1, _I32, _I64, _F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
 _V16F32, _V16I32, _V16I1 = ir.VectorType(_F32, 16), ir.VectorType(_I32, 16), ir.VectorType(_I1, 16)
 _V16I16, _V16F16 = ir.VectorType(ir.IntType(16), 16), ir.VectorType(ir.HalfType(), 16)
+# positions per block of a half cache's keys, (L, Hkv, blocks, D, KEY_BLOCK) with blocks = key_blocks(S): one
+# 16-lane vector of a feature's keys, what the scores tile loads at a time
+KEY_BLOCK = 16
 # 32 vector registers (AVX-512) or 16 (AVX2, where a 16-float vector takes two)
 _WIDE = "+avx512f" in llvm.get_host_cpu_features().flatten()
 
@@ -107,8 +110,8 @@ def _address(builder, arr, *index_strides):
 def _make_qk(heads: int, vectors: int, half: bool = False):
     """_qk(q (H, D), keys_t (Hkv, D, S), kvh, lo, count, g0, j0, scores (G, count)): scores[g0 + h, j0 + j]
     for h < heads and j < 16 * vectors (within count) = sum over d of q[kvh * G + g0 + h, d] *
-    keys_t[kvh, d, lo + j0 + j]. half: the keys are half floats' bits (uint16) in blocks of 16 positions,
-    keys_t (Hkv, blocks, D, 16) holding position p's feature d at [kvh, p // 16, d, p % 16] (a block's D x 16
+    keys_t[kvh, d, lo + j0 + j]. half: the keys are half floats' bits (uint16) in blocks of KEY_BLOCK (16)
+    positions, keys_t (Hkv, blocks, D, 16) holding position p's feature d at [kvh, p // 16, d, p % 16] (a block's D x 16
     values contiguous: a decode query over a short context reads one stretch of memory, where a row per
     feature touched D cache lines), and lo a multiple of 16."""
 
@@ -130,7 +133,7 @@ def _make_qk(heads: int, vectors: int, half: bool = False):
         if half:  # whole blocks: a vector wholly past the visible keys reads the last one's block instead (its
             # lanes are never stored), so no load reaches past the cache's blocks
             last = builder.sub(builder.add(lo, count), ir.Constant(_I64, 1))
-            blocks = [builder.ashr(builder.select(builder.icmp_signed("<=", st, last), st, last), ir.Constant(_I64, 4))
+            blocks = [builder.udiv(builder.select(builder.icmp_signed("<=", st, last), st, last), ir.Constant(_I64, KEY_BLOCK))
                       for st in starts]
 
         def operand(h, d):
@@ -262,7 +265,6 @@ _scores_half, _weighted_values_half = _make_passes(True)
 CACHE_FIELDS = 9  # k, v, k_pre (0: none), kt addresses; capacity; cache length; the segment's first, last+1 row;
 # the half-float values' address, 0 for a float32 cache (then kt is float32; else kt and the values the kernel
 # reads are half floats: see engine-cpu's NumbaKVCache)
-KEY_BLOCK = 16  # positions per block of a half cache's keys: (L, Hkv, blocks, D, KEY_BLOCK), blocks = key_blocks(S)
 
 
 @njit(inline="always", cache=True)

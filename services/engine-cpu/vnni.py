@@ -708,8 +708,9 @@ def _set_lanes(typingctx, xd, xs16, block, group, pairs, dxl, Xl, s):
     32-element ones: xs16[2g] + xs16[2g + 1]), 0 where the table says -1."""
 
     def codegen(context, builder, signature, args):
-        dp, sp, bp, gp, _, op_d, op_x = (_data(context, builder, t, a, e) if isinstance(t, types.Array) else a
-                                          for t, a, e in zip(signature.args[:7], args[:7], (_F32, _F32, _I32, _I32, None, _F32, _F32), strict=True))
+        array = lambda i, element: _data(context, builder, signature.args[i], args[i], element)  # noqa: E731
+        dp, sp, bp, gp = array(0, _F32), array(1, _F32), array(2, _I32), array(3, _I32)
+        op_d, op_x = array(5, _F32), array(6, _F32)
         pairs, s = args[4], args[7]
         first = builder.mul(s, ir.Constant(_I64, 16))
         row = lambda p: builder.bitcast(builder.gep(p, [first]), _V16I32.as_pointer())  # noqa: E731
