@@ -98,8 +98,14 @@ class _Vnni:
             u = self.builder.xor(u, ir.Constant(_V64I8, [-128] * 64))
         return self.builder.bitcast(u, _V16I32)
 
+    def open(self, start: ir.Value):  # a set's running sums (v16i32 lanes) from their start
+        return start
+
     def dot(self, acc: ir.Value, row, token) -> ir.Value:  # acc (v16i32) + lane i's sum of products of bytes 4i..4i+3
         return self.builder.call(self.vpdpbusd, [acc, row, token])
+
+    def close(self, acc) -> ir.Value:  # the set's v16i32 lanes
+        return acc
 
 
 class _Avx2:
@@ -118,9 +124,16 @@ class _Avx2:
     "u8" (u in 0..255): u * x pairs can reach 2 * 255 * 127 = 64770 and would saturate. So take w = u - 128
         (u xor 0x80) through the "i8" steps, then u . x = w . x + 128 * sum(x): the running sum starts at
         +128 * S (START).
-    Every step is exact, so the lanes equal vpdpbusd's bit for bit."""
+    Every step is exact, so the lanes equal vpdpbusd's bit for bit.
+
+    "nib" sums the 16-bit pairs of a set's vectors before widening them: 2 x 15 x 127 = 3810 a pair, and a
+    set has at most NIB_VECTORS (8) vectors, so a 16-bit lane's running sum stays within 8 x 3810 = 30480 <
+    32767, exact; one `vpmaddwd` a 32-byte half then closes the set instead of one per vector and half (a
+    third of the integer instructions). Signed and unsigned bytes have no such room: one pair reaches
+    32512."""
 
     START = {"i8": 0, "u8": 128, "nib": 0}
+    NIB_VECTORS = 8  # a set's vectors at most: 16 groups of 32 values (set_sizes)
 
     def __init__(self, builder: ir.IRBuilder, kind: str):
         self.builder, self.kind = builder, kind
@@ -146,12 +159,33 @@ class _Avx2:
             out.append((self.builder.call(self.abs, [w, ir.Constant(_I1, 0)]), w))
         return out
 
-    def dot(self, acc: ir.Value, row, token) -> ir.Value:
-        lanes = []
+    def open(self, start: ir.Value):
+        """The running sums: (v16i32 lanes, the 16-bit pair sums of "nib" not yet widened (per half) or None,
+        vectors in them)."""
+        return start, None, 0
+
+    def dot(self, acc, row, token):
+        lanes, pairs, count = acc
+        products = []
         for (u, w), x in zip(row, token, strict=True):
             x = x if w is None else self.builder.call(self.sign, [x, w])
-            lanes.append(self.builder.call(self.maddwd, [self.builder.call(self.maddubs, [u, x]), ir.Constant(_V16I16, [1] * 16)]))
-        return self.builder.add(acc, self.builder.shuffle_vector(lanes[0], lanes[1], _indices(range(16))))
+            products.append(self.builder.call(self.maddubs, [u, x]))
+        if self.kind != "nib":
+            return self.builder.add(lanes, self._widen(products)), None, 0
+        if count == self.NIB_VECTORS:  # (no set has more; past 8 a run is widened every 8, exact still)
+            lanes, pairs, count = self.close(acc), None, 0
+        pairs = products if pairs is None else [self.builder.add(a, b) for a, b in zip(pairs, products, strict=True)]
+        return lanes, pairs, count + 1
+
+    def close(self, acc) -> ir.Value:
+        lanes, pairs, _ = acc
+        return lanes if pairs is None else self.builder.add(lanes, self._widen(pairs))
+
+    def _widen(self, pairs: list) -> ir.Value:
+        """Two halves' 16-bit pair sums -> v16i32 lanes (adjacent pairs summed: bytes 4i..4i+3 in lane i)."""
+        ones = ir.Constant(_V16I16, [1] * 16)
+        halves = [self.builder.call(self.maddwd, [p, ones]) for p in pairs]
+        return self.builder.shuffle_vector(halves[0], halves[1], _indices(range(16)))
 
 
 class _AvxVnni(_Avx2):
@@ -174,6 +208,12 @@ class _AvxVnni(_Avx2):
             u = self.builder.xor(u, ir.Constant(_V64I8, [-128] * 64))
         return [self.builder.bitcast(half, _V8I32) for half in self._halves(u)]
 
+    def open(self, start: ir.Value):
+        return start
+
+    def close(self, acc) -> ir.Value:
+        return acc
+
     def dot(self, acc: ir.Value, row, token) -> ir.Value:
         accs = [self.builder.shuffle_vector(acc, acc, _indices(range(h * 8, h * 8 + 8))) for h in range(2)]
         lanes = [self.builder.call(self.vpdpbusd, [a, u, x]) for a, u, x in zip(accs, row, token, strict=True)]
@@ -188,20 +228,26 @@ def _indices(values) -> ir.Constant:
     return ir.Constant(ir.VectorType(_I32, len(values)), values)
 
 
-def lane_kernel(isa: str, kind: str):
-    """A jitted lanes(u (N, 64) weight bytes, x (N, 64) int8, out (N, 16) int32): each vector's integer
-    lanes as `isa` computes them inside the matmul kernels for weights of `kind` ("nib": values 0..15, "u8":
-    unsigned bytes, "i8": signed bytes; unpacked), the running sum started as there, so tests can hold them
-    to their definition (lane i = sum of the products of bytes 4i..4i+3)."""
+def lane_kernel(isa: str, kind: str, vectors: int = 1):
+    """A jitted lanes(u (N, vectors * 64) weight bytes, x (N, vectors * 64) int8, out (N, 16) int32): each
+    item's integer lanes over its `vectors` 64-byte vectors (one set's run) as `isa` computes them inside the
+    matmul kernels for weights of `kind` ("nib": values 0..15, "u8": unsigned bytes, "i8": signed bytes;
+    unpacked), the running sum started as there, so tests can hold them to their definition (lane i = the
+    sum over the vectors of the products of bytes 4i..4i+3)."""
     start = EMITTERS[isa].START[kind]
 
     def codegen(context, builder, signature, args):
         u, x, s, out = (context.make_array(t)(context, builder, a) for t, a in zip(signature.args, args, strict=True))
         emit = EMITTERS[isa](builder, kind)
-        load = lambda arr, ty: builder.load(builder.bitcast(arr.data, ty.as_pointer()), align=1)  # noqa: E731
-        acc = builder.mul(load(s, _V16I32), ir.Constant(_V16I32, [start] * 16))
-        builder.store(emit.dot(acc, emit.row(load(u, _V64I8)), emit.token(load(x, _V64I8))),
-                      builder.bitcast(out.data, _V16I32.as_pointer()), align=1)
+
+        def load(arr, ty, v=0):
+            return builder.load(builder.bitcast(builder.gep(builder.bitcast(arr.data, _I8.as_pointer()), [ir.Constant(_I64, 64 * v)]),
+                                                ty.as_pointer()), align=1)
+
+        acc = emit.open(builder.mul(load(s, _V16I32), ir.Constant(_V16I32, [start] * 16)))
+        for v in range(vectors):
+            acc = emit.dot(acc, emit.row(load(u, _V64I8, v)), emit.token(load(x, _V64I8, v)))
+        builder.store(emit.close(acc), builder.bitcast(out.data, _V16I32.as_pointer()), align=1)
         return context.get_dummy_value()
 
     @intrinsic
@@ -213,7 +259,11 @@ def lane_kernel(isa: str, kind: str):
         s = np.zeros(16, np.int32)
         for i in range(u.shape[0]):
             for lane in range(16):
-                s[lane] = np.int32(x[i, 4 * lane]) + np.int32(x[i, 4 * lane + 1]) + np.int32(x[i, 4 * lane + 2]) + np.int32(x[i, 4 * lane + 3])
+                total = 0
+                for v in range(vectors):
+                    for j in range(4):
+                        total += np.int32(x[i, 64 * v + 4 * lane + j])
+                s[lane] = total
             vector(u[i], x[i], s, out[i])
 
     return lanes
@@ -500,7 +550,7 @@ def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bo
             for k in range(tokens):
                 s0 = builder.mul(lanes(Sr[k], s, _I32), ir.Constant(_V16I32, [start] * 16)) if start else ir.Constant(_V16I32, None)
                 for g in range(group):
-                    ints[g, k] = s0
+                    ints[g, k] = emit.open(s0)
             if nibbles:  # (byte offset, bytes, vectors it holds)
                 loads = [(0, 32, 1)] if vectors == 1 else [(64 * p, 64, 2) for p in range(vectors // 2)]
             else:
@@ -523,6 +573,7 @@ def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bo
                         for k in range(tokens):
                             ints[g, k] = emit.dot(ints[g, k], u, xs[h][k])
                 v += held
+            ints = {c: emit.close(acc) for c, acc in ints.items()}
             dxs = [lanes(dxr[k], s, _F32) for k in range(tokens)]
             Xs = [lanes(Xr[k], s, _F32) for k in range(tokens)] if offsets else None
             new = {}

@@ -188,6 +188,28 @@ def test_int8_lanes_are_exact_integer_dot_products(nb8, kind):
     np.testing.assert_array_equal(lanes, (u.astype(np.int32) * x).reshape(-1, 16, 4).sum(-1))
 
 
+@pytest.mark.parametrize("kind", ["nib", "u8", "i8"])
+def test_int8_lanes_exact_over_a_whole_set(nb8, kind):
+    """A 16-group set's 8 vectors into one set of lanes, exactly: the AVX2 path sums 4-bit values' 16-bit pairs
+    over the set before widening them (8 x 3810 at most), so the extremes (every weight at its largest or
+    smallest against +-127 in every vector, and mixed signs) and random runs must come out as the sums."""
+    lo, top = {"nib": (0, 16), "u8": (0, 256), "i8": (-128, 128)}[kind]
+    dtype = np.int8 if kind == "i8" else np.uint8
+    V = 8
+    rng = np.random.default_rng(11)
+    extremes = [(w, xv) for w in (lo, top - 1) for xv in (-127, 127)]
+    u = np.array([np.full(V * 64, w) for w, _ in extremes] + [rng.integers(lo, top, V * 64) for _ in range(512)]).astype(dtype)
+    x = np.array([np.full(V * 64, xv) for _, xv in extremes] + [rng.integers(-127, 128, V * 64) for _ in range(256)]
+                 + [rng.choice([-127, 127], V * 64) for _ in range(256)]).astype(np.int8)
+    u[-256:] = top - 1  # the largest weights against +-127 of random signs
+    lanes = np.empty((len(u), 16), np.int32)
+    vnni.lane_kernel(nb8.isa, kind, V)(u, x, lanes)
+    expected = (u.astype(np.int32) * x).reshape(-1, V, 16, 4).sum((1, 3))
+    np.testing.assert_array_equal(lanes, expected)
+    if kind == "nib":
+        assert np.abs(expected).max() == V * 4 * 15 * 127  # the run's bound reached
+
+
 @pytest.mark.parametrize("groups,G", [(20, 32), (17, 32), (18, 32), (64, 32), (16, 16), (48, 16), (12, 16)])
 @pytest.mark.parametrize("nibbles", [False, True])
 def test_interleaved_sets_round_trip(groups, G, nibbles):
