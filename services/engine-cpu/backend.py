@@ -54,7 +54,9 @@ class QMatrix:
     layout "i8":  one int8 per value, q (rows, subs, sub); with int8 activations only for the types
                   without offsets (Q8_0, Q5_0, Q6_K, Q3_K: w = scale * q);
     layout "u8":  (int8 activations) one byte per value shifted to 0..255 (int8 + 128, the offset
-                  corrected), for the types with offsets, q uint8 (rows, subs, sub).
+                  corrected), for the types with offsets, q uint8 (rows, subs, sub);
+    layouts "i6", "i5": (int8 activations) "i8" whose values all lie within -32..31 / -16..15 (Q6_K; Q5_0,
+                  Q3_K), stored alike: the AVX2 kernels sum their products in 16 bits for longer (vnni._Avx2).
     offset is None where every offset is zero: those kernels skip the offset (bytes and work).
     columns (GPTQ act-order, Tensor.columns): the matrix's columns are the inputs in this order, so `linear`
     multiplies x[:, columns].
@@ -117,6 +119,26 @@ def _offsets(w: QMatrix, rows: np.ndarray | None = None) -> np.ndarray:
     if w.offset is None:
         return np.zeros((w.q.shape[0] if rows is None else len(rows),) + w.scale.shape[1:], np.float32)
     return np.ascontiguousarray(w.offset if rows is None else w.offset[rows])
+
+
+# The int8 path's signed kinds, narrowest first, with the values each holds (vnni.SIGNED: the AVX2 kernels sum
+# the narrow ones' products in 16 bits over several vectors); "i8" holds any.
+_SIGNED_RANGES = (("i5", -16, 15), ("i6", -32, 31), ("i8", -128, 127))
+
+
+def _signed_kind(q: np.ndarray) -> str:
+    """The narrowest signed kind holding every value of q (int8)."""
+    lo, hi = int(q.min()), int(q.max())
+    return next(kind for kind, least, most in _SIGNED_RANGES if least <= lo and hi <= most)
+
+
+def _widest(layouts: set[str]) -> str | None:
+    """The one layout matrices of `layouts` can be fused under: theirs when they share one, the widest when
+    all are signed kinds (stored alike), else None."""
+    if len(layouts) == 1:
+        return next(iter(layouts))
+    order = [kind for kind, _, _ in _SIGNED_RANGES]
+    return max(layouts, key=order.index) if layouts <= set(order) else None
 
 
 def pack_nibbles(q: np.ndarray) -> np.ndarray:
@@ -305,7 +327,7 @@ class NumbaBackend:
                     offset = offset - np.float32(128.0) * scale
                 q, layout = q.astype(np.uint8), "u8"
             else:  # int8 values; on the int8 path only types without offsets (signed bytes x signed bytes)
-                layout = "i8"
+                layout = _signed_kind(q) if self.activations == "int8" else "i8"
             if self.activations == "int8":  # the kernels' interleaved sets, scales as half floats where exact
                 if sub not in (16, 32):
                     raise BackendError(f"{t.source}: tensor {t.name!r}: {t.qtype} has {sub}-element sub-blocks; "
@@ -338,13 +360,15 @@ class NumbaBackend:
             same_columns = all((w.columns is None and first.columns is None)
                                or (w.columns is not None and first.columns is not None
                                    and np.array_equal(w.columns, first.columns)) for w in weights)
-            if same_columns and all(w.layout == first.layout and w.q.shape[1:] == first.q.shape[1:] and w.group == first.group
-                                    and w.cols == first.cols and w.scale.dtype == first.scale.dtype for w in weights):
+            layouts = {w.layout for w in weights}
+            layout = _widest(layouts)
+            if same_columns and layout and all(w.q.shape[1:] == first.q.shape[1:] and w.group == first.group
+                                               and w.cols == first.cols and w.scale.dtype == first.scale.dtype for w in weights):
                 offsets = None if all(w.offset is None for w in weights) else np.concatenate([_offsets(w) for w in weights])
                 return QMatrix(_aligned(np.concatenate([w.q for w in weights])),
                                np.ascontiguousarray(np.concatenate([w.scale for w in weights])),
                                None if offsets is None else np.ascontiguousarray(offsets),
-                               "+".join(sorted({w.qtype for w in weights})), first.layout, first.columns,
+                               "+".join(sorted({w.qtype for w in weights})), layout, first.columns,
                                first.group, first.cols)
         return None
 
@@ -378,8 +402,9 @@ class NumbaBackend:
         if plan is None or plan[0] is not self._linear8:  # first use, or by a backend on another path
             layout = "nib" if w.nibbles else f"{w.layout}_{w.sub}"
             half = w.scale.dtype == np.uint16
-            d, m = w.scale, (_NO_OFFSETS if w.layout == "i8" else _offsets(w))  # "i8" kernels read none
-            if half and w.layout != "i8":
+            signed = w.layout in self.vnni.SIGNED
+            d, m = w.scale, (_NO_OFFSETS if signed else _offsets(w))  # the signed kinds' kernels read none
+            if half and not signed:
                 m16 = m.astype(np.float16)
                 if np.array_equal(m16.astype(np.float32), m):
                     m = m16.view(np.uint16)

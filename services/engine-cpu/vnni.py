@@ -8,7 +8,9 @@ and offset m per group of G = 32 or 16 elements (a sub-block), w = d * u + m. Th
 
 where u . xq is an exact integer dot product and X_g = dx * sum(xq) over the group's elements. The types
 without offsets (Q8_0, Q5_0, Q6_K, Q3_K: w = d * q, q signed) keep q as signed bytes ("i8") and drop the
-second sum: no offset bytes to read, no shift to undo.
+second sum: no offset bytes to read, no shift to undo. Signed rows whose values fit 5 or 6 bits (Q5_0 and
+Q3_K: -16..15; Q6_K: -32..31) are stored the same way under the kinds "i5" and "i6": the AVX2 path sums
+their products in 16 bits over several vectors (see _Avx2); the VNNI paths take them as "i8".
 
 Layout: interleaved sets. The integer work is 512-bit `vpdpbusd`s, 16 lanes of 32 bits, each lane summing
 four byte products. Were a vector's 64 bytes two consecutive blocks (8 lanes each), every block would need
@@ -53,6 +55,8 @@ from fak_engine_cpu.kernels import FAST
 # The int8 paths, best first, and the CPU features (LLVM's names) each needs.
 ISAS = {"avx512-vnni": ("avx512vnni", "avx512vl"), "avx-vnni": ("avxvnni", "avx2", "fma", "f16c"), "avx2": ("avx2", "fma", "f16c")}
 REQUIRED = ISAS["avx512-vnni"]
+# The signed kinds, narrowest first: values in -16..15, -32..31, -128..127 (stored alike, as signed bytes)
+SIGNED = ("i5", "i6", "i8")
 
 
 def missing_features(isa: str = "avx512-vnni") -> list[str]:
@@ -83,7 +87,7 @@ class _Vnni:
     token and shared by every row: START), so the lanes come out as exactly w . x with one instruction per
     row and token and one `vpxor` per row."""
 
-    START = {"i8": -128, "u8": 0, "nib": 0}  # the running sums start at START * S
+    START = {"i8": -128, "i6": -128, "i5": -128, "u8": 0, "nib": 0}  # the running sums start at START * S
 
     def __init__(self, builder: ir.IRBuilder, kind: str):
         self.builder, self.kind = builder, kind
@@ -93,8 +97,8 @@ class _Vnni:
     def token(self, x: ir.Value):  # x: one token's 64 int8 activations (v64i8)
         return self.builder.bitcast(x, _V16I32)
 
-    def row(self, u: ir.Value):  # u: one row's 64 weight bytes (v64i8; unsigned, or signed for "i8")
-        if self.kind == "i8":
+    def row(self, u: ir.Value):  # u: one row's 64 weight bytes (v64i8; unsigned, or signed for the SIGNED kinds)
+        if self.kind in SIGNED:
             u = self.builder.xor(u, ir.Constant(_V64I8, [-128] * 64))
         return self.builder.bitcast(u, _V16I32)
 
@@ -126,14 +130,21 @@ class _Avx2:
         +128 * S (START).
     Every step is exact, so the lanes equal vpdpbusd's bit for bit.
 
-    "nib" sums the 16-bit pairs of a set's vectors before widening them: 2 x 15 x 127 = 3810 a pair, and a
-    set has at most NIB_VECTORS (8) vectors, so a 16-bit lane's running sum stays within 8 x 3810 = 30480 <
-    32767, exact; one `vpmaddwd` a 32-byte half then closes the set instead of one per vector and half (a
-    third of the integer instructions). Signed and unsigned bytes have no such room: one pair reaches
-    32512."""
+    Small values sum their 16-bit pairs over a run of vectors before widening them (one `vpmaddwd` a
+    32-byte half a run instead of one a vector):
+    "nib" (0..15): 2 x 15 x 127 = 3810 a pair, so a run of 8 vectors (a whole set of 32-element groups:
+        set_sizes) stays within 30480 < 32767, exact;
+    "i5" (signed -16..15: Q5_0, Q3_K): u = w + 16 (0..31, one `vpaddb` a row vector, shared by the tokens)
+        goes in as unsigned, 7874 a pair, runs of 4; the running sum starts at -16 * S, so the lanes are
+        w . x (no `vpsignb` a token, as "i8" needs);
+    "i6" (signed -32..31: Q6_K): u = w + 32 (0..63), 16002 a pair, runs of 2, from -32 * S.
+    Full-range bytes ("i8", "u8") have no such room: one pair reaches 32512. (Taking |w| with x's sign
+    flipped as "i8" does would allow runs of 8 and 4 but costs a `vpsignb` per token and vector: 1.0-1.2x
+    "i8" where the shift gives 1.2-3x, kernels alone, Intel Xeon with AVX2 code.)"""
 
-    START = {"i8": 0, "u8": 128, "nib": 0}
-    NIB_VECTORS = 8  # a set's vectors at most: 16 groups of 32 values (set_sizes)
+    START = {"i8": 0, "u8": 128, "nib": 0, "i5": -16, "i6": -32}
+    SHIFT = {"i5": 16, "i6": 32}  # added to the narrow signed kinds' values to make them unsigned
+    RUN = {"nib": 8, "i5": 4, "i6": 2}  # vectors whose 16-bit pair sums add up exactly (see above)
 
     def __init__(self, builder: ir.IRBuilder, kind: str):
         self.builder, self.kind = builder, kind
@@ -155,12 +166,15 @@ class _Avx2:
             if self.kind == "nib":
                 out.append((half, None))
                 continue
+            if self.kind in self.SHIFT:
+                out.append((self.builder.add(half, ir.Constant(_V32I8, [self.SHIFT[self.kind]] * 32)), None))
+                continue
             w = self.builder.xor(half, ir.Constant(_V32I8, [-128] * 32)) if self.kind == "u8" else half
             out.append((self.builder.call(self.abs, [w, ir.Constant(_I1, 0)]), w))
         return out
 
     def open(self, start: ir.Value):
-        """The running sums: (v16i32 lanes, the 16-bit pair sums of "nib" not yet widened (per half) or None,
+        """The running sums: (v16i32 lanes, the 16-bit pair sums of a run not yet widened (per half) or None,
         vectors in them)."""
         return start, None, 0
 
@@ -170,9 +184,9 @@ class _Avx2:
         for (u, w), x in zip(row, token, strict=True):
             x = x if w is None else self.builder.call(self.sign, [x, w])
             products.append(self.builder.call(self.maddubs, [u, x]))
-        if self.kind != "nib":
+        if self.kind not in self.RUN:
             return self.builder.add(lanes, self._widen(products)), None, 0
-        if count == self.NIB_VECTORS:  # (no set has more; past 8 a run is widened every 8, exact still)
+        if count == self.RUN[self.kind]:  # the run is full: widen it, start the next
             lanes, pairs, count = self.close(acc), None, 0
         pairs = products if pairs is None else [self.builder.add(a, b) for a, b in zip(pairs, products, strict=True)]
         return lanes, pairs, count + 1
@@ -204,7 +218,7 @@ class _AvxVnni(_Avx2):
         return [self.builder.bitcast(half, _V8I32) for half in self._halves(x)]
 
     def row(self, u: ir.Value):
-        if self.kind == "i8":
+        if self.kind in SIGNED:
             u = self.builder.xor(u, ir.Constant(_V64I8, [-128] * 64))
         return [self.builder.bitcast(half, _V8I32) for half in self._halves(u)]
 
@@ -231,7 +245,8 @@ def _indices(values) -> ir.Constant:
 def lane_kernel(isa: str, kind: str, vectors: int = 1):
     """A jitted lanes(u (N, vectors * 64) weight bytes, x (N, vectors * 64) int8, out (N, 16) int32): each
     item's integer lanes over its `vectors` 64-byte vectors (one set's run) as `isa` computes them inside the
-    matmul kernels for weights of `kind` ("nib": values 0..15, "u8": unsigned bytes, "i8": signed bytes;
+    matmul kernels for weights of `kind` ("nib": values 0..15, "u8": unsigned bytes, "i8": signed bytes, "i6"
+    and "i5": signed values within -32..31 and -16..15;
     unpacked), the running sum started as there, so tests can hold them to their definition (lane i = the
     sum over the vectors of the products of bytes 4i..4i+3)."""
     start = EMITTERS[isa].START[kind]
@@ -481,16 +496,17 @@ def _tile_codegen(isa: str, kind: str, G: int, group: int, tokens: int, half: bo
 
     with i_rts the set's integer lanes (START * S_ts, then one dot per vector). Arguments: w (R, bytes) the
     interleaved rows, r0, xi (T, padded K) int8 interleaved activations, t0, dl / ml (R, padded groups) the
-    rows' scales / offsets (half bits with `half`; ml unread for "i8"; a set's n values are loaded together
+    rows' scales / offsets (half bits with `half`; ml unread for the signed kinds; a set's n values are loaded together
     and shuffled into its 16 lanes: dl_rs, ml_rs below), dxl / Xl (T, sets, 16) float32
     and S (T, sets, 16) int32 the tokens' lanes, full and tails (Sets), out (T, R). Each (row, token) pair
     is its own chain of operations in a fixed order; chains are interleaved only to share loads (a row's
     bytes serve every token, a token's every row) and to hide latency, so any grouping gives the same bits.
 
-    kind: "nib" (4-bit values, two vectors a 64-byte load), "u8" (unsigned bytes), "i8" (signed bytes; no
-    offsets). isa: which instructions compute the integer lanes (EMITTERS); the float work is the same."""
+    kind: "nib" (4-bit values, two vectors a 64-byte load), "u8" (unsigned bytes), "i8", "i6", "i5" (signed
+    bytes; no offsets). isa: which instructions compute the integer lanes (EMITTERS); the float work is the
+    same."""
 
-    nibbles, offsets = kind == "nib", kind != "i8"
+    nibbles, offsets = kind == "nib", kind not in SIGNED
     row_bytes = (lambda n: n * G // 2) if nibbles else (lambda n: n * G)
 
     def codegen(context, builder, signature, args):
@@ -666,7 +682,8 @@ PREFETCH_GROUPS = 2  # software prefetch distance, in groups of rows
 # 640 x 2048 Q6_K-shaped matrix at 512 tokens).
 TILES = {"avx512-vnni": {32: (4, 4), 16: (8, 2)}, "avx-vnni": {32: (2, 2), 16: (2, 2)}, "avx2": {32: (2, 2), 16: (2, 2)}}
 # One kernel per (layout, scales stored as half); each has intrinsics for a full tile, rows x 1 token, 1 x 1.
-KINDS = [(layout, half) for layout in ("nib", "u8_32", "u8_16", "i8_32", "i8_16") for half in (False, True)]
+KINDS = [(layout, half) for layout in ("nib", "u8_32", "u8_16", *(f"{k}_{G}" for k in SIGNED for G in (32, 16)))
+         for half in (False, True)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -856,7 +873,7 @@ def _make_linear(isa: str, layout: str, half: bool):
     def linear(w, dl, ml, x, tables, full, tails, out):
         """Interleaved weight rows w (R, bytes) with scale and offset lanes dl, ml (R, sets, 16; half bits or
         float32) x activations x (T, K) f32, quantized and interleaved here -> out (T, R): a tile of rows x
-        tokens at a time through the intrinsics, the offsets' share included (none for "i8"). tables, full,
+        tokens at a time through the intrinsics, the offsets' share included (none for the signed kinds). tables, full,
         tails: Sets.of(K, G). Every output element comes from its own (row, token) computation (see
         _tile_codegen), whatever the grouping."""
         src4, base, vectors, block, group_of = tables

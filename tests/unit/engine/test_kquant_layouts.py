@@ -27,8 +27,9 @@ def test_types_without_offsets_store_none(activations, qtype):
     t = quantized(qtype, 24, 512, seed=1)
     w = be.matrix(t)
     assert (w.offset is None) == (qtype in NO_OFFSETS)
-    if activations == "int8" and qtype in NO_OFFSETS:  # signed bytes as they are: no +128 shift to undo
-        assert w.layout == "i8" and w.q.dtype == np.int8
+    if activations == "int8" and qtype in NO_OFFSETS:  # signed bytes as they are: no +128 shift to undo, the
+        # narrowest signed kind that holds them (Q5_0, Q3_K: -16..15; Q6_K: -32..31)
+        assert w.layout == {"Q8_0": "i8", "Q6_K": "i6", "Q5_0": "i5", "Q3_K": "i5"}[qtype] and w.q.dtype == np.int8
     x = np.random.default_rng(2).standard_normal((5, 512)).astype(np.float32)
     expected = x.astype(np.float64) @ ReferenceBackend().matrix(t).astype(np.float64).T
     y = be.linear(x, w)

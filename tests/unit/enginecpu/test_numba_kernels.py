@@ -122,6 +122,8 @@ def test_classic_decoder_ops_match_reference_and_are_batch_invariant(nb):
 # ---------------------------------------------------------------------------------------------------------
 
 INT8_PATHS = [isa for isa in vnni.ISAS if not vnni.missing_features(isa)]
+NO_OFFSETS8 = np.zeros((0, 0), np.float32)  # what the signed kinds' kernels get for offsets
+KIND_RANGES = {"nib": (0, 16), "u8": (0, 256), "i8": (-128, 128), "i6": (-32, 32), "i5": (-16, 16)}  # values [lo, top)
 
 
 def test_int8_path_is_chosen_from_the_cpu_and_a_forced_one_it_lacks_is_an_error(monkeypatch):
@@ -169,14 +171,14 @@ def nb8(request):
     return NumbaBackend(activations="int8", isa=request.param)
 
 
-@pytest.mark.parametrize("kind", ["nib", "u8", "i8"])
+@pytest.mark.parametrize("kind", list(KIND_RANGES))
 def test_int8_lanes_are_exact_integer_dot_products(nb8, kind):
     """Each path's 16 lanes per 64-byte vector are the sums of 4 adjacent w x xq products (vpdpbusd's lanes),
     exactly, with the running sum started as the kernels start it (the signed bytes' and AVX2's unsigned
     bytes' correction), including the worst cases for AVX2's saturating 16-bit pair sums (u = 255, w = -128
-    against +-127), for 4-bit values, unsigned bytes and signed bytes."""
-    lo, top = {"nib": (0, 16), "u8": (0, 256), "i8": (-128, 128)}[kind]
-    dtype = np.int8 if kind == "i8" else np.uint8
+    against +-127), for 4-bit values, unsigned bytes, signed bytes and signed values of 6 and 5 bits."""
+    lo, top = KIND_RANGES[kind]
+    dtype = np.uint8 if kind in ("nib", "u8") else np.int8
     uu, xx = np.meshgrid(np.arange(lo, top), np.arange(-127, 128), indexing="ij")  # every (w, x), 4 per lane
     u = np.repeat(uu.reshape(-1, 1), 64, 1).astype(dtype)
     x = np.repeat(xx.reshape(-1, 1), 64, 1).astype(np.int8)
@@ -188,13 +190,14 @@ def test_int8_lanes_are_exact_integer_dot_products(nb8, kind):
     np.testing.assert_array_equal(lanes, (u.astype(np.int32) * x).reshape(-1, 16, 4).sum(-1))
 
 
-@pytest.mark.parametrize("kind", ["nib", "u8", "i8"])
+@pytest.mark.parametrize("kind", list(KIND_RANGES))
 def test_int8_lanes_exact_over_a_whole_set(nb8, kind):
-    """A 16-group set's 8 vectors into one set of lanes, exactly: the AVX2 path sums 4-bit values' 16-bit pairs
-    over the set before widening them (8 x 3810 at most), so the extremes (every weight at its largest or
+    """A 16-group set's 8 vectors into one set of lanes, exactly: the AVX2 path sums small values' 16-bit pairs
+    over runs of vectors before widening them (4-bit values 8 vectors, at most 8 x 3810; -16..15 shifted to
+    0..31, 4 x 7874; -32..31 shifted to 0..63, 2 x 16002), so the extremes (every weight at its largest or
     smallest against +-127 in every vector, and mixed signs) and random runs must come out as the sums."""
-    lo, top = {"nib": (0, 16), "u8": (0, 256), "i8": (-128, 128)}[kind]
-    dtype = np.int8 if kind == "i8" else np.uint8
+    lo, top = KIND_RANGES[kind]
+    dtype = np.uint8 if kind in ("nib", "u8") else np.int8
     V = 8
     rng = np.random.default_rng(11)
     extremes = [(w, xv) for w in (lo, top - 1) for xv in (-127, 127)]
@@ -208,6 +211,33 @@ def test_int8_lanes_exact_over_a_whole_set(nb8, kind):
     np.testing.assert_array_equal(lanes, expected)
     if kind == "nib":
         assert np.abs(expected).max() == V * 4 * 15 * 127  # the run's bound reached
+
+
+@pytest.mark.parametrize("kind", ["i5", "i6"])
+@pytest.mark.parametrize("G", [32, 16])
+def test_narrow_signed_kinds_give_the_i8_kernels_bits(nb8, kind, G):
+    """Rows whose values fit 5 or 6 signed bits are stored as "i8" rows are; their kernels (the AVX2 path sums
+    their products in 16 bits over runs of vectors) give the "i8" kernels' outputs bit for bit: the integer
+    lanes are exact either way. Every tile shape (1, 3, 16 and 37 tokens; 13 rows), half and float32
+    scales, row lengths with tail sets, the extremes of the range in every row."""
+    lo, top = KIND_RANGES[kind]
+    rng = np.random.default_rng(G)
+    for K in (64, 576, 640, 2048):
+        groups = K // G
+        q = rng.integers(lo, top, (13, groups, G)).astype(np.int8)
+        q[0], q[1] = lo, top - 1
+        w = vnni.interleave(q, False)
+        sets = vnni.Sets.of(K, G)
+        for half in (False, True):
+            d = rng.random((13, groups)).astype(np.float16)
+            d = vnni.padded_groups(d.view(np.uint16) if half else d.astype(np.float32), G)
+            for T in (1, 3, 16, 37):
+                x = rng.standard_normal((T, K)).astype(np.float32)
+                x[0, :8] = 0.0  # a zero block's scale too
+                narrow, wide = np.empty((T, 13), np.float32), np.empty((T, 13), np.float32)
+                vnni.LINEARS[nb8.isa][f"{kind}_{G}", half](w, d, NO_OFFSETS8, x, sets.tables, sets.full, sets.tails, narrow)
+                vnni.LINEARS[nb8.isa][f"i8_{G}", half](w, d, NO_OFFSETS8, x, sets.tables, sets.full, sets.tails, wide)
+                assert np.array_equal(narrow.view(np.uint32), wide.view(np.uint32)), (K, half, T)
 
 
 @pytest.mark.parametrize("groups,G", [(20, 32), (17, 32), (18, 32), (64, 32), (16, 16), (48, 16), (12, 16)])
@@ -475,18 +505,23 @@ from fak_engine_cpu import vnni
 isa = next(isa for isa in vnni.ISAS if not vnni.missing_features(isa))
 rng = np.random.default_rng(0)
 R = 13  # not a multiple of a tile's rows: the single-row tiles run too
-for layout in ("nib", "u8_32", "u8_16", "i8_32", "i8_16"):
+SIGNED = {"i8": 128, "i6": 32, "i5": 16}
+for layout in ("nib", "u8_32", "u8_16", *(f"{k}_{G}" for k in SIGNED for G in (32, 16))):
     G = 16 if layout.endswith("_16") else 32
+    kind = layout.split("_")[0]
     for K in (64, 576, 640, 2048):
         groups = K // G
-        q = rng.integers(0, 16 if layout == "nib" else 256, (R, groups, G)).astype(np.int8 if layout.startswith("i8") else np.uint8)
+        if kind in SIGNED:
+            q = rng.integers(-SIGNED[kind], SIGNED[kind], (R, groups, G)).astype(np.int8)
+        else:
+            q = rng.integers(0, 16 if layout == "nib" else 256, (R, groups, G)).astype(np.uint8)
         w = vnni.interleave(q, layout == "nib")
         sets = vnni.Sets.of(K, G)
         for half in (False, True):
             d = rng.random((R, groups)).astype(np.float16)
             d = vnni.padded_groups(d.view(np.uint16) if half else d.astype(np.float32), G)
             m = np.zeros((0, 0), np.float32)
-            if not layout.startswith("i8"):
+            if kind not in SIGNED:
                 m = rng.standard_normal((R, groups)).astype(np.float16)
                 m = vnni.padded_groups(m.view(np.uint16) if half else m.astype(np.float32), G)
             kernel = vnni.LINEARS[isa][layout, half]
