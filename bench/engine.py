@@ -15,6 +15,7 @@ import argparse
 import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +23,9 @@ import numpy as np
 
 from bench import llamacpp
 from bench.results import write_section
+
+# --cpu: numba's target (NUMBA_CPU_NAME, NUMBA_CPU_FEATURES) for each older CPU of llamacpp.CPUS
+CODE_FOR = {"avx2": ("haswell", "+avx,+avx2,+fma,+f16c")}
 
 
 def fak_pp_tg(model, pp: int, tg: int, reps: int) -> dict[str, float]:
@@ -109,7 +113,6 @@ def fak_streams(model, streams: int, tokens: int = 32) -> float:
 def start_times(model: str, backend: str, threads: int, activations: str = "f32") -> tuple[float, float]:
     """Seconds for a fresh process to load the model and run its first forward pass: with an empty numba
     cache (cold: every kernel compiles), then again with that cache (warm)."""
-    import sys
     import tempfile
 
     code = ("import time,numpy as np;t=time.perf_counter();"
@@ -159,7 +162,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--streams", default="1,4,16")
     ap.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
+    ap.add_argument("--cpu", default="host", choices=["host", *CODE_FOR],
+                    help="compile for an older CPU on this one: fak's kernels through numba's NUMBA_CPU_NAME / "
+                         "NUMBA_CPU_FEATURES (its paths follow them), llama.cpp in a build of its own for the same")
     args = ap.parse_args(argv)
+    if args.cpu != "host":
+        if "numba" in sys.modules:
+            raise SystemExit("--cpu: numba was imported before the bench could set its target")
+        os.environ["NUMBA_CPU_NAME"], os.environ["NUMBA_CPU_FEATURES"] = CODE_FOR[args.cpu]
 
     import fak_engine_cpu.backend  # noqa: F401  registers "numba"
     from fakcore.engine.loader import load_model, make_backend
@@ -169,7 +179,7 @@ def main(argv: list[str]) -> int:
     pp, tg = f"pp{args.pp}", f"tg{args.tg}"
     rows: list[tuple[str, dict[str, float]]] = []
     if not args.skip_llama:
-        rows.append(("llama.cpp", llamacpp.run_llama_bench(gguf, args.threads, args.pp, args.tg, args.reps)))
+        rows.append(("llama.cpp", llamacpp.run_llama_bench(gguf, args.threads, args.pp, args.tg, args.reps, cpu=args.cpu)))
         print("llama.cpp: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in rows[-1][1].items()), flush=True)
     modes = args.activations.split(",") if args.backend == "numba" else [""]
     models, loads = {}, {}
@@ -189,7 +199,8 @@ def main(argv: list[str]) -> int:
     starts = {mode: start_times(args.model, args.backend, args.threads, mode) for mode in modes if mode}
 
     ref = dict(rows).get("llama.cpp")
-    lines = [f"model {args.model} ({gguf.name}), threads {args.threads}, machine: {machine()}, commit {commit()}",
+    code = "" if args.cpu == "host" else f", code for {args.cpu} (NUMBA_CPU_NAME={CODE_FOR[args.cpu][0]}; llama.cpp built for it)"
+    lines = [f"model {args.model} ({gguf.name}), threads {args.threads}, machine: {machine()}{code}, commit {commit()}",
              "fak load time: " + ", ".join(f"{n} {s:.2f} s" for n, s in loads.items()),
              "process start to first token, cold (empty numba cache) / warm: "
              + ", ".join(f"{mode} activations {c:.1f} s / {w:.1f} s" for mode, (c, w) in starts.items()), "",

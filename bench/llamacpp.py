@@ -35,8 +35,13 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def cmake_flags() -> list[str]:
-    f = cpu_flags()
+# Older CPUs to build for on a newer one (/proc/cpuinfo's names of what each has; `python -m bench engine --cpu`)
+CPUS = {"avx2": {"avx", "avx2", "fma", "f16c"}}
+
+
+def cmake_flags(flags: set[str] | None = None) -> list[str]:
+    """The build's instruction sets: this machine's (flags None), or the set `flags` names."""
+    f = cpu_flags() if flags is None else flags
     on = lambda cond: "ON" if cond else "OFF"  # noqa: E731
     return [
         "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
@@ -49,12 +54,14 @@ def cmake_flags() -> list[str]:
     ]
 
 
-def llama_bench_binary(log=print) -> Path:
-    """The llama-bench executable: FAK_LLAMA_BENCH if set, else a cached build, else build it now (~10 min)."""
-    if os.environ.get("FAK_LLAMA_BENCH"):
+def llama_bench_binary(log=print, cpu: str = "host") -> Path:
+    """The llama-bench executable: FAK_LLAMA_BENCH if set (for this machine's build), else a cached build, else
+    build it now (~10 min). cpu: "host", or one of CPUS (a build of its own, for that CPU's instructions)."""
+    if os.environ.get("FAK_LLAMA_BENCH") and cpu == "host":
         return Path(os.environ["FAK_LLAMA_BENCH"])
     root = bench_dir()
-    binary = root / "llama.cpp" / "build" / "bin" / "llama-bench"
+    build = "build" if cpu == "host" else f"build-{cpu}"
+    binary = root / "llama.cpp" / build / "bin" / "llama-bench"
     if binary.exists():
         return binary
     root.mkdir(parents=True, exist_ok=True)
@@ -68,16 +75,17 @@ def llama_bench_binary(log=print) -> Path:
             tar.extractall(root, filter="data")
         vendored = next(root.glob("llama_cpp_python-*/vendor/llama.cpp"))
         shutil.move(str(vendored), str(src))
-    log("llama.cpp: building llama-bench (about 10 minutes on 2 cores)")
-    subprocess.run(["cmake", "-S", str(src), "-B", str(src / "build"), *cmake_flags()], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", str(src / "build"), "--target", "llama-bench", "-j", str(os.cpu_count() or 2)], check=True,
+    log(f"llama.cpp: building llama-bench{'' if cpu == 'host' else ' for ' + cpu} (about 10 minutes on 2 cores)")
+    subprocess.run(["cmake", "-S", str(src), "-B", str(src / build), *cmake_flags(None if cpu == "host" else CPUS[cpu])],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", str(src / build), "--target", "llama-bench", "-j", str(os.cpu_count() or 2)], check=True,
                    stdout=subprocess.DEVNULL)
     return binary
 
 
-def run_llama_bench(model: Path, threads: int, pp: int = 512, tg: int = 128, reps: int = 3) -> dict[str, float]:
-    """{'pp512': tokens/s, 'tg128': tokens/s} from llama-bench's JSON output."""
-    binary = llama_bench_binary()
+def run_llama_bench(model: Path, threads: int, pp: int = 512, tg: int = 128, reps: int = 3, cpu: str = "host") -> dict[str, float]:
+    """{'pp512': tokens/s, 'tg128': tokens/s} from llama-bench's JSON output (built for `cpu`: llama_bench_binary)."""
+    binary = llama_bench_binary(cpu=cpu)
     env = {**os.environ, "LD_LIBRARY_PATH": f"{binary.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
     out = subprocess.run([str(binary), "-m", str(model), "-t", str(threads), "-p", str(pp), "-n", str(tg), "-r", str(reps),
                           "-o", "json"], check=True, capture_output=True, text=True, env=env)

@@ -14,12 +14,11 @@ against the file that defines it.)
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import carray, njit, prange, types
 from numba.extending import intrinsic
 
-from fak_engine_cpu.kernels import FAST, _exp, _float32_ptr, _half_bits, _uint16_ptr
+from fak_engine_cpu.kernels import FAST, _exp, _float32_ptr, _half_bits, _uint16_ptr, target_features
 
 _I1, _I32, _I64, _F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
 _V16F32, _V16I32, _V16I1 = ir.VectorType(_F32, 16), ir.VectorType(_I32, 16), ir.VectorType(_I1, 16)
@@ -28,7 +27,7 @@ _V16I16, _V16F16 = ir.VectorType(ir.IntType(16), 16), ir.VectorType(ir.HalfType(
 # 16-lane vector of a feature's keys, what the scores tile loads at a time
 KEY_BLOCK = 16
 # 32 vector registers (AVX-512) or 16 (AVX2, where a 16-float vector takes two)
-_WIDE = "+avx512f" in llvm.get_host_cpu_features().flatten()
+_WIDE = "avx512f" in target_features()
 
 
 def _emit_tile(builder: ir.IRBuilder, heads: int, vectors: int, steps: ir.Value, operand, vector_ptr, lanes_valid, store,

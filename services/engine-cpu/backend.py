@@ -271,7 +271,8 @@ class NumbaBackend:
                 raise BackendError(f"numba backend: int8 paths are {', '.join(vnni.ISAS)}, not {isa!r}")
             if isa and vnni.missing_features(isa):  # forced: the path asked for or an error, never another
                 raise BackendError(f"numba backend: the {isa} int8 path needs CPU features "
-                                   f"{', '.join(vnni.missing_features(isa))}, which this machine lacks")
+                                   f"{', '.join(vnni.missing_features(isa))}, which this machine lacks or NUMBA_CPU_FEATURES "
+                                   "leaves out")
             chosen = isa or vnni.best_isa()
             if chosen is None:
                 lacks = "; ".join(f"{i} needs {', '.join(vnni.missing_features(i))}" for i in vnni.ISAS)

@@ -28,6 +28,19 @@ from numba.extending import intrinsic
 # imports this module without fakcore. Only when the user has not set NUMBA_CPU_FEATURES.
 if not numba.config.CPU_FEATURES and "+avx512f" in llvm.get_host_cpu_features().flatten():
     numba.config.CPU_FEATURES = llvm.get_host_cpu_features().flatten() + ",-prefer-256-bit"
+
+
+def target_features() -> set[str]:
+    """The CPU features numba's code in this process may use (LLVM's names), which fak's kernel choices follow:
+    NUMBA_CPU_FEATURES' "+" entries where it is set (fakcore sets it on AVX-512 CPUs to the host's; set by hand
+    with NUMBA_CPU_NAME, it compiles for an older CPU: NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=+avx2,+fma,+f16c
+    gives AVX2 code on any newer x86-64), the host's otherwise; never one the host lacks."""
+    host = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}
+    if not numba.config.CPU_FEATURES:
+        return host
+    return host & {f[1:] for f in numba.config.CPU_FEATURES.split(",") if f.startswith("+")}
+
+
 # No loop interleaving: the vectorized body of a loop then needs one vector of iterations, not four, so
 # the 32-element sub-block loops of dequantization run in full vectors instead of a narrow epilogue. The
 # tiles keep their parallelism from their 8 independent accumulators.

@@ -45,12 +45,11 @@ kernel against the file that defines it, so the IR it inlines must not change in
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from fak_engine_cpu.kernels import FAST
+from fak_engine_cpu.kernels import FAST, target_features
 
 # The int8 paths, best first, and the CPU features (LLVM's names) each needs.
 ISAS = {"avx512-vnni": ("avx512vnni", "avx512vl"), "avx-vnni": ("avxvnni", "avx2", "fma", "f16c"), "avx2": ("avx2", "fma", "f16c")}
@@ -60,8 +59,9 @@ SIGNED = ("i5", "i6", "i8")
 
 
 def missing_features(isa: str = "avx512-vnni") -> list[str]:
-    """CPU features the `isa` int8 path needs that this machine lacks (LLVM's names)."""
-    have = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}
+    """CPU features the `isa` int8 path needs that this process's code may not use (LLVM's names): ones the
+    machine lacks, or that numba is told not to compile for (kernels.target_features)."""
+    have = target_features()
     return [f for f in ISAS[isa] if f not in have]
 
 
