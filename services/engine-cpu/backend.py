@@ -121,24 +121,12 @@ def _offsets(w: QMatrix, rows: np.ndarray | None = None) -> np.ndarray:
     return np.ascontiguousarray(w.offset if rows is None else w.offset[rows])
 
 
-# The int8 path's signed kinds, narrowest first, with the values each holds (vnni.SIGNED: the AVX2 kernels sum
-# the narrow ones' products in 16 bits over several vectors); "i8" holds any.
-_SIGNED_RANGES = (("i5", -16, 15), ("i6", -32, 31), ("i8", -128, 127))
-
-
-def _signed_kind(q: np.ndarray) -> str:
-    """The narrowest signed kind holding every value of q (int8)."""
-    lo, hi = int(q.min()), int(q.max())
-    return next(kind for kind, least, most in _SIGNED_RANGES if least <= lo and hi <= most)
-
-
-def _widest(layouts: set[str]) -> str | None:
+def _widest(layouts: set[str], signed: list[str]) -> str | None:
     """The one layout matrices of `layouts` can be fused under: theirs when they share one, the widest when
-    all are signed kinds (stored alike), else None."""
+    all are signed kinds (`signed`, narrowest first: stored alike), else None."""
     if len(layouts) == 1:
         return next(iter(layouts))
-    order = [kind for kind, _, _ in _SIGNED_RANGES]
-    return max(layouts, key=order.index) if layouts <= set(order) else None
+    return max(layouts, key=signed.index) if layouts <= set(signed) else None
 
 
 def pack_nibbles(q: np.ndarray) -> np.ndarray:
@@ -328,7 +316,7 @@ class NumbaBackend:
                     offset = offset - np.float32(128.0) * scale
                 q, layout = q.astype(np.uint8), "u8"
             else:  # int8 values; on the int8 path only types without offsets (signed bytes x signed bytes)
-                layout = _signed_kind(q) if self.activations == "int8" else "i8"
+                layout = self.vnni.signed_kind(q) if self.activations == "int8" else "i8"
             if self.activations == "int8":  # the kernels' interleaved sets, scales as half floats where exact
                 if sub not in (16, 32):
                     raise BackendError(f"{t.source}: tensor {t.name!r}: {t.qtype} has {sub}-element sub-blocks; "
@@ -362,7 +350,7 @@ class NumbaBackend:
                                or (w.columns is not None and first.columns is not None
                                    and np.array_equal(w.columns, first.columns)) for w in weights)
             layouts = {w.layout for w in weights}
-            layout = _widest(layouts)
+            layout = _widest(layouts, list(self.vnni.SIGNED) if self.activations == "int8" else ["i8"])
             if same_columns and layout and all(w.q.shape[1:] == first.q.shape[1:] and w.group == first.group
                                                and w.cols == first.cols and w.scale.dtype == first.scale.dtype for w in weights):
                 offsets = None if all(w.offset is None for w in weights) else np.concatenate([_offsets(w) for w in weights])

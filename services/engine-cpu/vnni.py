@@ -54,8 +54,15 @@ from fak_engine_cpu.kernels import FAST, target_features
 # The int8 paths, best first, and the CPU features (LLVM's names) each needs.
 ISAS = {"avx512-vnni": ("avx512vnni", "avx512vl"), "avx-vnni": ("avxvnni", "avx2", "fma", "f16c"), "avx2": ("avx2", "fma", "f16c")}
 REQUIRED = ISAS["avx512-vnni"]
-# The signed kinds, narrowest first: values in -16..15, -32..31, -128..127 (stored alike, as signed bytes)
-SIGNED = ("i5", "i6", "i8")
+# The signed kinds, narrowest first, and the values each holds (stored alike, as signed bytes; the AVX2 kernels
+# sum the narrow ones' products in 16 bits over several vectors: _Avx2)
+SIGNED = {"i5": (-16, 15), "i6": (-32, 31), "i8": (-128, 127)}
+
+
+def signed_kind(q: np.ndarray) -> str:
+    """The narrowest signed kind holding every value of q (int8)."""
+    lo, hi = int(q.min()), int(q.max())
+    return next(kind for kind, (least, most) in SIGNED.items() if least <= lo and hi <= most)
 
 
 def missing_features(isa: str = "avx512-vnni") -> list[str]:
